@@ -1,0 +1,708 @@
+"""The Python frontend: capture a tile kernel by tracing, mirroring the C++ spelling.
+
+Why tracing and not AST capture: a kernel body is ordinary Python that runs once;
+every DSL call appends a typed op to the current block and returns a handle.  This
+keeps the frontend small and lets users factor kernels into helper functions,
+loops over configs and conditionals on Python values, as in the seed's C++.
+
+Tiles are *staged value variables promoted to SSA* (S1).  Rebinding a Python name
+inside a temporal region (``acc = mma(a, b, acc)`` in a pipeline) is found when the
+region closes: the region generator compares the caller frame's locals before and
+after the body ran.  Each rebound name becomes a loop-carried block argument;
+uses of the old value inside the body are redirected to that argument, the new
+value is yielded, and the handle the name now holds is rebound to the region's
+result, so code after the loop sees the value after the last iteration.  Memory
+states are carried the same way through the Memory handle, which is stable (it is
+movable, not copyable: ``copy.copy`` raises).  Limitation: two Python names bound
+to one handle before a region cannot be told apart; rebind only one of them.
+
+Every op records the user's file and line (the first frame outside ``planner``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from planner.errors import SourceLoc, error
+from planner.ir import core
+from planner.ir.core import (
+    Axis,
+    BinaryFn,
+    Block,
+    Kernel,
+    LoopKind,
+    Op,
+    ReduceFn,
+    ResourceClass,
+    UnaryFn,
+    Value,
+)
+from planner.ir.dtypes import DType
+from planner.ir.expr import Expr, IntLike, as_expr, sym
+from planner.ir.expr import ceil_div as _ceil_div
+from planner.ir.layout import Layout, XorSwizzle, dense, strided
+from planner.ir.types import MemoryType, TileType, ViewType
+
+_PLANNER_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _user_frame() -> FrameType | None:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PLANNER_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def _user_loc() -> SourceLoc:
+    frame = _user_frame()
+    if frame is None:
+        return SourceLoc("<python>", 0)
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+
+
+# --------------------------------------------------------------------------- tracer state
+
+
+class _Tracer:
+    """The builder stack of one kernel capture."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.memories: list[Memory] = []
+        self.stage: str | None = None
+        self.parallel_labels: list[str] = []
+        self.labels: set[str] = set()
+
+    @property
+    def block(self) -> Block:
+        return self.blocks[-1]
+
+    def emit(self, op: Op) -> Op:
+        op.loc = _user_loc()
+        op.stage = self.stage
+        self.block.append(op)
+        return op
+
+    def unique_label(self, base: str) -> str:
+        label, n = base, 1
+        while label in self.labels:
+            n += 1
+            label = f"{base}_{n}"
+        self.labels.add(label)
+        return label
+
+
+_TRACER: contextvars.ContextVar[_Tracer | None] = contextvars.ContextVar("tracer", default=None)
+
+
+def _tracer() -> _Tracer:
+    t = _TRACER.get()
+    if t is None:
+        raise error("tile operations can only be used inside a @tile_kernel function",
+                    _user_loc(), rule="S1")
+    return t
+
+
+def _emit(op: Op) -> Op:
+    return _tracer().emit(op)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def axis(name: str, extent: IntLike) -> Axis:
+    """A named iteration axis (``axis("m", cfg.block_m)``)."""
+    return Axis(name, as_expr(extent))
+
+
+def ceil_div(a: IntLike, b: IntLike) -> Expr:
+    return _ceil_div(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """``shape(m, k)``: extents given as axes or integer expressions."""
+
+    dims: tuple[Axis | Expr, ...]
+
+    @property
+    def extents(self) -> tuple[Expr, ...]:
+        return tuple(d.extent if isinstance(d, Axis) else d for d in self.dims)
+
+    @property
+    def axes(self) -> tuple[Axis, ...]:
+        out = []
+        for d in self.dims:
+            if not isinstance(d, Axis):
+                raise error("a region's shape must be made of named axes", _user_loc())
+            out.append(d)
+        return tuple(out)
+
+
+def shape(*dims: Axis | IntLike) -> Shape:
+    return Shape(tuple(d if isinstance(d, Axis) else as_expr(d) for d in dims))
+
+
+def coord(*offsets: IntLike) -> tuple[Expr, ...]:
+    return tuple(as_expr(o) for o in offsets)
+
+
+def stride(*strides: IntLike) -> tuple[Expr, ...]:
+    return tuple(as_expr(s) for s in strides)
+
+
+def _extents(s: Shape | Sequence[IntLike]) -> tuple[Expr, ...]:
+    return s.extents if isinstance(s, Shape) else tuple(as_expr(e) for e in s)
+
+
+def layout(s: Shape, strides: Sequence[IntLike], *swizzles: XorSwizzle) -> Layout:
+    """``layout(shape(m, k), stride(block_k + 1, 1))``: an explicit local address map."""
+    return strided(_extents(s), strides, swizzles)
+
+
+def swizzle(bits: int, base: int, shift: int) -> XorSwizzle:
+    return XorSwizzle(bits, base, shift)
+
+
+class mem:  # noqa: N801 - mirrors the C++ namespace ``mem::``
+    """Resource-class constraints (S5)."""
+
+    private_ = ResourceClass.PRIVATE
+    shared = ResourceClass.SHARED
+    cluster = ResourceClass.CLUSTER
+    global_ = ResourceClass.GLOBAL
+    tensor = ResourceClass.TENSOR
+    auto_ = ResourceClass.AUTO
+
+
+class exec_:  # noqa: N801 - mirrors ``exec::Scope``
+    AUTOMATIC = "AUTOMATIC"
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+class Tile:
+    """A staged value variable; ``value`` is its current SSA value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+    @property
+    def type(self) -> TileType:
+        assert isinstance(self.value.type, TileType)
+        return self.value.type
+
+    @property
+    def shape(self) -> tuple[Expr, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    def _binary(self, fn: BinaryFn, other: Tile | float, reverse: bool = False) -> Tile:
+        rhs = other if isinstance(other, Tile) else full(self.shape, other, self.dtype)
+        a, b = (rhs, self) if reverse else (self, rhs)
+        return _binary(fn, a, b)
+
+    def __add__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.ADD, o)
+
+    def __radd__(self, o: float) -> Tile:
+        return self._binary(BinaryFn.ADD, o, True)
+
+    def __sub__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.SUB, o)
+
+    def __rsub__(self, o: float) -> Tile:
+        return self._binary(BinaryFn.SUB, o, True)
+
+    def __mul__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.MUL, o)
+
+    def __rmul__(self, o: float) -> Tile:
+        return self._binary(BinaryFn.MUL, o, True)
+
+    def __truediv__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.DIV, o)
+
+    def __rtruediv__(self, o: float) -> Tile:
+        return self._binary(BinaryFn.DIV, o, True)
+
+    def __neg__(self) -> Tile:
+        return _unary(UnaryFn.NEG, self)
+
+    def __lt__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.LT, o)
+
+    def __le__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.LE, o)
+
+    def __gt__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.GT, o)
+
+    def __ge__(self, o: Tile | float) -> Tile:
+        return self._binary(BinaryFn.GE, o)
+
+    def __bool__(self) -> bool:
+        raise error("a Tile has no Python truth value: use where(cond, a, b)", _user_loc())
+
+
+def _new(op: Op) -> Tile:
+    return Tile(_emit(op).result)
+
+
+def _check_same_shape(what: str, a: Tile, b: Tile) -> None:
+    if a.shape != b.shape:
+        raise error(f"{what}: operand shapes differ: [{', '.join(map(str, a.shape))}] vs "
+                    f"[{', '.join(map(str, b.shape))}] (use broadcast)", _user_loc())
+
+
+def _unary(fn: UnaryFn, x: Tile) -> Tile:
+    return _new(core.UnaryOp(fn, x.value))
+
+
+def _binary(fn: BinaryFn, a: Tile, b: Tile) -> Tile:
+    _check_same_shape(fn.value, a, b)
+    return _new(core.BinaryOp(fn, a.value, b.value))
+
+
+def exp(x: Tile) -> Tile:
+    return _unary(UnaryFn.EXP, x)
+
+
+def log(x: Tile) -> Tile:
+    return _unary(UnaryFn.LOG, x)
+
+
+def sqrt(x: Tile) -> Tile:
+    return _unary(UnaryFn.SQRT, x)
+
+
+def rsqrt(x: Tile) -> Tile:
+    return _unary(UnaryFn.RSQRT, x)
+
+
+def tanh(x: Tile) -> Tile:
+    return _unary(UnaryFn.TANH, x)
+
+
+def abs_(x: Tile) -> Tile:
+    return _unary(UnaryFn.ABS, x)
+
+
+def maximum(a: Tile, b: Tile | float) -> Tile:
+    return a._binary(BinaryFn.MAX, b)
+
+
+def minimum(a: Tile, b: Tile | float) -> Tile:
+    return a._binary(BinaryFn.MIN, b)
+
+
+def where(cond: Tile, a: Tile, b: Tile | float) -> Tile:
+    rhs = b if isinstance(b, Tile) else full(a.shape, b, a.dtype)
+    _check_same_shape("where", a, rhs)
+    return _new(core.SelectOp(cond.value, a.value, rhs.value))
+
+
+def cast(x: Tile, dtype: DType) -> Tile:
+    return _new(core.CastOp(x.value, dtype))
+
+
+def reduce_sum(x: Tile, axis: int) -> Tile:
+    return _new(core.ReduceOp(ReduceFn.SUM, x.value, axis % x.type.rank))
+
+
+def reduce_max(x: Tile, axis: int) -> Tile:
+    return _new(core.ReduceOp(ReduceFn.MAX, x.value, axis % x.type.rank))
+
+
+def broadcast(x: Tile, to: Shape | Sequence[IntLike], dims: Sequence[int]) -> Tile:
+    """Input dim i becomes output dim ``dims[i]``; the other output dims repeat."""
+    return _new(core.BroadcastOp(x.value, _extents(to), tuple(dims)))
+
+
+def transpose(x: Tile, perm: Sequence[int] = (1, 0)) -> Tile:
+    return _new(core.TransposeOp(x.value, tuple(perm)))
+
+
+def mma(a: Tile, b: Tile, acc: Tile) -> Tile:
+    """``acc + a @ b``."""
+    return _new(core.MmaOp(a.value, b.value, acc.value))
+
+
+def iota(s: Shape | Sequence[IntLike], dim: int) -> Tile:
+    return _new(core.IotaOp(_extents(s), dim))
+
+
+def full(s: Shape | Sequence[IntLike], value: float | IntLike, dtype: DType = DType.F32
+         ) -> Tile:
+    """A constant tile; ``value`` may be a symbolic integer (e.g. a view extent)."""
+    val: float | Expr = value if isinstance(value, Expr) else float(value)
+    return _new(core.FullOp(_extents(s), dtype, val))
+
+
+class _DTypeIndexed:
+    """``zeros[f32](shape(m, n))`` mirrors ``zeros<float>(shape(m, n))``."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._fn = fn
+
+    def __getitem__(self, dtype: DType) -> Callable[..., Any]:
+        return lambda *a, **k: self._fn(*a, dtype=dtype, **k)
+
+    def __call__(self, *a: Any, **k: Any) -> Any:
+        return self._fn(*a, **k)
+
+
+zeros = _DTypeIndexed(lambda s, dtype=DType.F32: full(s, 0.0, dtype))
+
+
+# --------------------------------------------------------------------------- views
+
+
+class SubView:
+    """``C(coord(m0, n0), shape(m, n))``: a window of a view."""
+
+    def __init__(self, view: TensorView, offsets: tuple[Expr, ...], extents: tuple[Expr, ...]
+                 ) -> None:
+        self.view, self.offsets, self.extents = view, offsets, extents
+
+    def load(self, fill: float = 0.0) -> Tile:
+        return self.view._load(self.offsets, self.extents, fill)
+
+    def store(self, tile: Tile) -> None:
+        self.view._store(self.offsets, tile)
+
+
+class TensorView:
+    """A kernel parameter; annotate as ``TensorView[const(f32), "M", "K"]``."""
+
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+    @property
+    def type(self) -> ViewType:
+        assert isinstance(self.value.type, ViewType)
+        return self.value.type
+
+    def extent(self, dim: int) -> Expr:
+        return self.type.shape[dim]
+
+    def __class_getitem__(cls, item: Any) -> ViewSpec:
+        dtype, *dims = item if isinstance(item, tuple) else (item,)
+        readonly = isinstance(dtype, _Const)
+        base = dtype.dtype if isinstance(dtype, _Const) else dtype
+        return ViewSpec(base, tuple(as_expr(d) if not isinstance(d, str) else sym(d)
+                                    for d in dims), readonly)
+
+    def __getitem__(self, key: tuple[tuple[Expr, ...], Shape]) -> Tile:
+        offsets, s = key
+        return self._load(tuple(offsets), _extents(s), 0.0)
+
+    def __call__(self, offsets: tuple[Expr, ...], s: Shape) -> SubView:
+        return SubView(self, tuple(offsets), _extents(s))
+
+    def _check_rank(self, n: int) -> None:
+        if n != self.type.rank:
+            raise error(f"view {self.value.name_hint} has rank {self.type.rank}, "
+                        f"indexed with {n} coordinates", _user_loc())
+
+    def _load(self, offsets: tuple[Expr, ...], extents: tuple[Expr, ...], fill: float) -> Tile:
+        self._check_rank(len(offsets))
+        return _new(core.LoadOp(self.value, offsets, extents, fill))
+
+    def _store(self, offsets: tuple[Expr, ...], tile: Tile) -> None:
+        self._check_rank(len(offsets))
+        if self.type.readonly:
+            raise error(f"cannot store into const view {self.value.name_hint}", _user_loc())
+        _emit(core.StoreOp(self.value, tile.value, offsets))
+
+
+@dataclass(frozen=True, slots=True)
+class _Const:
+    dtype: DType
+
+
+def const(dtype: DType) -> _Const:
+    """``TensorView[const(f32), ...]`` mirrors ``TensorView<const float, R>``."""
+    return _Const(dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSpec:
+    dtype: DType
+    shape: tuple[Expr, ...]
+    readonly: bool
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class Memory:
+    """An explicit Memory handle: stable identity, movable, not copyable (S10)."""
+
+    def __init__(self, alloc: core.AllocOp) -> None:
+        self.alloc = alloc
+        self.state: Value = alloc.initial_state
+
+    @property
+    def value(self) -> Value:
+        return self.alloc.memory
+
+    def _name_from_caller(self) -> None:
+        """Take the Python name the user gave this Memory as the printer's name hint."""
+        if self.value.name_hint is None and (frame := _user_frame()) is not None:
+            for name, v in frame.f_locals.items():
+                if v is self:
+                    self.value.name_hint = name
+                    self.alloc.initial_state.name_hint = name
+                    break
+
+    def store(self, tile: Tile) -> None:
+        """The only mutation: defines the next MemoryState."""
+        mt = self.value.type
+        assert isinstance(mt, MemoryType)
+        if tile.shape != mt.shape or tile.dtype != mt.dtype:
+            raise error(f"store of {tile.type} into {mt}: shape and element type must match",
+                        _user_loc(), rule="S10")
+        self._name_from_caller()
+        op = _emit(core.MemStoreOp(self.value, self.state, tile.value))
+        op.result.name_hint = self.value.name_hint
+        self.state = op.result
+
+    def load(self) -> Tile:
+        """An immutable snapshot of the current state."""
+        self._name_from_caller()
+        return _new(core.MemLoadOp(self.value, self.state))
+
+    def __copy__(self) -> Memory:
+        raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Memory:
+        raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
+
+
+def _memory(spec: Layout | Shape, resource: ResourceClass = ResourceClass.AUTO,
+            dtype: DType = DType.F32) -> Memory:
+    lay = spec if isinstance(spec, Layout) else dense(_extents(spec))
+    t = _tracer()
+    owner = t.parallel_labels[-1] if t.parallel_labels else "kernel"
+    m = Memory(t.emit(core.AllocOp(dtype, lay, resource, owner)))  # type: ignore[arg-type]
+    t.memories.append(m)
+    return m
+
+
+memory = _DTypeIndexed(_memory)
+
+
+# --------------------------------------------------------------------------- regions
+
+
+class _RegionCapture:
+    """Opens a region block; on close finds rebound Tiles and Memory states."""
+
+    def __init__(self, op: core.ParallelOp | core.LoopOp, frame: FrameType | None) -> None:
+        self.op, self.frame = op, frame
+        t = _tracer()
+        self.before_tiles = self._tile_locals()
+        self.before_states = {id(m): m.state for m in t.memories}
+        self.memories_before = list(t.memories)
+        t.emit(op)
+        t.blocks.append(op.body)
+        self.saved_stage = t.stage
+        t.stage = None
+
+    def _tile_locals(self) -> dict[str, tuple[Tile, Value]]:
+        if self.frame is None:
+            return {}
+        return {n: (v, v.value) for n, v in self.frame.f_locals.items() if isinstance(v, Tile)}
+
+    def close(self) -> None:
+        t = _tracer()
+        t.blocks.pop()
+        t.stage = self.saved_stage
+        after = self._tile_locals()
+        rebound = [(n, after[n][0], old) for n, (_, old) in self.before_tiles.items()
+                   if n in after and after[n][1] is not old]
+        changed = [m for m in self.memories_before if m.state is not self.before_states[id(m)]]
+        if isinstance(self.op, core.ParallelOp):
+            self._close_parallel(rebound, changed)
+        else:
+            self._close_loop(rebound, changed)
+        t.memories = self.memories_before
+
+    def _close_parallel(self, rebound: list[tuple[str, Tile, Value]],
+                        changed: list[Memory]) -> None:
+        for name, _, _ in rebound:
+            raise error(f"Tile {name!r} defined outside parallel region {self.op.label!r} is "
+                        "rebound inside it: spatial instances cannot carry values; declare it "
+                        "inside the region", self.op.loc, rule="S1")
+        for m in changed:  # the verifier reports S16; keep the outer state visible outside
+            m.state = self.before_states[id(m)]
+
+    def _close_loop(self, rebound: list[tuple[str, Tile, Value]], changed: list[Memory]) -> None:
+        op = self.op
+        assert isinstance(op, core.LoopOp)
+        carried: list[tuple[Value, Value]] = []  # (init outside, final inside)
+        for name, handle, old in rebound:
+            old.name_hint = old.name_hint or name
+            carried.append((old, handle.value))
+        for m in changed:
+            carried.append((self.before_states[id(m)], m.state))
+        args = []
+        for init, _ in carried:
+            arg = Value(init.type, init.name_hint)
+            arg.owner = op.body
+            args.append(arg)
+            _replace_uses(op.body, init, arg)
+        op.body.args = args
+        op.inits = tuple(init for init, _ in carried)
+        op.body.append(core.YieldOp(tuple(final for _, final in carried), loc=op.loc))
+        op.results = [Value(a.type, a.name_hint) for a in args]
+        for r in op.results:
+            r.owner = op
+        for (name, handle, _), res in zip(rebound, op.results, strict=False):
+            handle.value = res
+            res.name_hint = name
+        for m, res in zip(changed, op.results[len(rebound):], strict=True):
+            m.state = res
+
+
+def _replace_uses(block: Block, old: Value, new: Value) -> None:
+    for op in block.walk():
+        op.replace_operand(old, new)
+
+
+class Nest:
+    """The instance of a region: ``nest.index(gm)``, ``nest.pipeline(...)``."""
+
+    def __init__(self, op: core.ParallelOp | core.LoopOp) -> None:
+        self.op = op
+
+    def index(self, ax: Axis | None = None) -> Expr:
+        axes = self.op.axes
+        if ax is None:
+            if len(axes) != 1:
+                raise error("index() needs an axis in a multi-axis region", _user_loc())
+            return axes[0].index
+        if ax not in axes:
+            raise error(f"axis {ax.name!r} is not iterated by region {self.op.label!r}",
+                        _user_loc())
+        return ax.index
+
+    def stage(self, name: str) -> None:
+        """Marks the following ops as pipeline stage ``name``."""
+        op = self.op
+        if not isinstance(op, core.LoopOp) or op.kind is not LoopKind.PIPELINE:
+            raise error("stage() is only meaningful inside a pipeline region", _user_loc())
+        if name not in op.stages:
+            op.stages = (*op.stages, name)
+        _tracer().stage = name
+
+    def pipeline(self, s: Shape, window: int = 1, interval: int = 1) -> Iterator[Nest]:
+        return _loop(LoopKind.PIPELINE, s, window, interval, _caller())
+
+    def serial(self, s: Shape) -> Iterator[Nest]:
+        return _loop(LoopKind.SERIAL, s, 1, 1, _caller())
+
+    def reduce(self, s: Shape) -> Iterator[Nest]:
+        return _loop(LoopKind.REDUCE, s, 1, 1, _caller())
+
+
+def _caller() -> FrameType | None:
+    return _user_frame()
+
+
+def _region(op: core.ParallelOp | core.LoopOp, frame: FrameType | None) -> Iterator[Nest]:
+    capture = _RegionCapture(op, frame)
+    t = _tracer()
+    if isinstance(op, core.ParallelOp):
+        t.parallel_labels.append(op.label)
+    try:
+        yield Nest(op)
+    finally:
+        if isinstance(op, core.ParallelOp):
+            t.parallel_labels.pop()
+    capture.close()
+
+
+def parallel(s: Shape, scope: str = exec_.AUTOMATIC) -> Iterator[Nest]:
+    """``for nest in parallel(shape(gm, gn), scope)``: spatial instances (an owner, S5)."""
+    axes = s.axes
+    label = _tracer().unique_label("_".join(a.name for a in axes))
+    return _region(core.ParallelOp(label, axes, scope), _caller())
+
+
+def _loop(kind: LoopKind, s: Shape, window: int, interval: int, frame: FrameType | None
+          ) -> Iterator[Nest]:
+    axes = s.axes
+    if window < 1 or interval < 1:
+        raise error(f"pipeline window and interval must be >= 1, got window={window}, "
+                    f"interval={interval}", _user_loc(), rule="S18")
+    label = _tracer().unique_label("_".join(a.name for a in axes))
+    return _region(core.LoopOp(kind, label, axes, (), window, interval), frame)
+
+
+def pipeline(s: Shape, window: int = 1, interval: int = 1) -> Iterator[Nest]:
+    return _loop(LoopKind.PIPELINE, s, window, interval, _caller())
+
+
+def serial(s: Shape) -> Iterator[Nest]:
+    return _loop(LoopKind.SERIAL, s, 1, 1, _caller())
+
+
+def reduce(s: Shape) -> Iterator[Nest]:
+    return _loop(LoopKind.REDUCE, s, 1, 1, _caller())
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def tile_kernel(name: str) -> Callable[[Callable[..., None]], Kernel]:
+    """Capture ``fn`` as a :class:`Kernel`; parameters are annotated TensorViews."""
+
+    def capture(fn: Callable[..., None]) -> Kernel:
+        sig = inspect.signature(fn)
+        hints = fn.__annotations__
+        params: list[Value] = []
+        handles: list[TensorView] = []
+        for pname in sig.parameters:
+            spec = hints.get(pname)
+            if isinstance(spec, str):
+                spec = eval(spec, fn.__globals__)  # noqa: S307 - user's own annotation
+            if not isinstance(spec, ViewSpec):
+                raise error(f"parameter {pname!r} of kernel {name!r} must be annotated as "
+                            "TensorView[dtype, extents...]", _loc_of(fn))
+            v = Value(ViewType(spec.dtype, spec.shape, spec.readonly), pname)
+            params.append(v)
+            handles.append(TensorView(v))
+        tracer = _Tracer()
+        body = Block()
+        tracer.blocks.append(body)
+        token = _TRACER.set(tracer)
+        try:
+            fn(*handles)
+        finally:
+            _TRACER.reset(token)
+        return Kernel(name, params, body, _loc_of(fn))
+
+    return capture
+
+
+def _loc_of(fn: Callable[..., Any]) -> SourceLoc:
+    code = fn.__code__
+    return SourceLoc(code.co_filename, code.co_firstlineno)
+
+
+f32, f16, bf16, i32 = DType.F32, DType.F16, DType.BF16, DType.I32
