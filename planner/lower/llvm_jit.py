@@ -43,7 +43,9 @@ __all__ = [
     "compile_module",
     "default_jit_cache",
     "ensure_llvm_initialized",
+    "declare_intrinsic",
     "host_target",
+    "intrinsic_suffix",
 ]
 
 # LLVM's global context (used by parse_assembly, the pass manager and MCJIT) is shared by
@@ -276,6 +278,32 @@ def _compile(ir_text: str, spec: TargetSpec, opt_level: int, key: str) -> Compil
     engine.finalize_object()
     engine.run_static_constructors()
     return CompiledModule(engine, tm, optimized, spec, key)
+
+
+def intrinsic_suffix(ty: ir.Type) -> str:
+    """LLVM's overload suffix for ``ty``: ``f32``, ``v8f32``, ``i64``, ``v8i32``, ``p0``."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{intrinsic_suffix(ty.element)}"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    if isinstance(ty, ir.PointerType):
+        return "p0"
+    raise NotImplementedError(f"no intrinsic suffix for {ty}")
+
+
+def declare_intrinsic(
+    module: ir.Module, base: str, overloads: list[ir.Type], ret: ir.Type, args: list[ir.Type]
+) -> ir.Function:
+    """Get or declare ``base.<suffixes>`` (e.g. ``llvm.fma.v8f32``) in ``module``."""
+    name = ".".join([base, *(intrinsic_suffix(t) for t in overloads)])
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name=name)
 
 
 def compile_module(

@@ -1,0 +1,133 @@
+"""Benchmark the JIT-compiled packed sgemm against numpy matmul in the same process.
+
+Usage::
+
+    python bench/gemm_kernel.py [--sizes 256 512 1024 2048] [--reps 7] [--threads 1 2]
+                                [--config auto|avx2|avx512]
+
+For each size and thread count the two implementations are timed in ABBA blocks (numpy,
+ours, ours, numpy; each block after 0.25 s of untimed warm-up calls of the same
+function, because OpenBLAS's worker threads keep spinning ~0.1 s after a threaded call and
+would steal the second core from the kernel timed right after it), and the medians of the
+2·reps samples are reported as GFLOP/s
+(2·n³ / t) together with ``ratio = t_numpy / t_ours`` (> 1 means faster than numpy).
+numpy's BLAS is limited to the same number of threads with ``threadpoolctl`` (required),
+and the script prints ``OPENBLAS_CORETYPE`` and the BLAS kernel threadpoolctl reports,
+because an old forced core type makes numpy 30–85 % slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from threadpoolctl import threadpool_info, threadpool_limits
+except ImportError:  # pragma: no cover - reported to the user
+    sys.exit("bench/gemm_kernel.py needs threadpoolctl: pip install threadpoolctl")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.lower.llvm_gemm import GemmConfig, SgemmKernel  # noqa: E402
+from planner.lower.llvm_jit import JitCache, host_target  # noqa: E402
+
+
+def _time(fn: object, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()  # type: ignore[operator]
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+WARM_S = 0.25
+
+
+def _warm(fn: object) -> None:
+    t0 = time.perf_counter()
+    while True:
+        fn()  # type: ignore[operator]
+        if time.perf_counter() - t0 >= WARM_S:
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--config", choices=["auto", "avx2", "avx512"], default="auto")
+    args = ap.parse_args(argv)
+    if args.reps < 5:
+        ap.error("--reps must be at least 5")
+
+    spec = host_target()
+    config = {
+        "auto": None,
+        "avx2": GemmConfig.avx2(),
+        "avx512": GemmConfig.avx512(),
+    }[args.config]
+    t0 = time.perf_counter()
+    kernel = SgemmKernel(JitCache(), config=config)
+    compile_s = time.perf_counter() - t0
+
+    print(f"host cpu: {spec.cpu}  avx2={spec.has_feature('avx2')} fma={spec.has_feature('fma')}"
+          f" avx512f={spec.has_feature('avx512f')}  usable cpus: {len(os.sched_getaffinity(0))}")
+    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')}")
+    for info in threadpool_info():
+        print(f"threadpoolctl: {info.get('internal_api')} {info.get('version')} "
+              f"kernel={info.get('architecture')} threads={info.get('num_threads')}")
+    print(f"numpy {np.__version__}; kernel config {kernel.config}; compile {compile_s:.2f} s")
+    print(f"median of 2x{args.reps} calls timed in ABBA blocks after warm-up, float32\n")
+
+    header = (f"{'n':>5} {'thr':>3} | {'numpy ms':>9} {'GF/s':>7} | {'ours ms':>9} {'GF/s':>7}"
+              f" | {'ratio':>5}")
+    print(header)
+    print("-" * len(header))
+    rng = np.random.default_rng(0)
+    for n in args.sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c_np = np.empty((n, n), dtype=np.float32)
+        c_ours = np.empty((n, n), dtype=np.float32)
+        flops = 2.0 * n**3
+        reps = args.reps if n < 2048 else max(5, args.reps - 2)
+        for thr in args.threads:
+            with threadpool_limits(limits=thr, user_api="blas"):
+
+                def run_np(a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c_np) -> None:
+                    np.matmul(a, b, out=c)
+
+                def run_ours(
+                    a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c_ours, t: int = thr
+                ) -> None:
+                    kernel.sgemm(a, b, c, threads=t)
+
+                t_np: list[float] = []
+                t_ours: list[float] = []
+                # ABBA blocks, each after >= WARM_S of untimed calls of the same kernel:
+                # OpenBLAS workers spin ~0.1 s after a threaded call (stealing our second
+                # core), and an idle vCPU runs slowly for a while after waking.
+                for fn, sink in ((run_np, t_np), (run_ours, t_ours),
+                                 (run_ours, t_ours), (run_np, t_np)):
+                    _warm(fn)
+                    sink += _time(fn, reps)
+            err = float(np.max(np.abs(c_np - c_ours))) / max(1.0, float(np.max(np.abs(c_np))))
+            if err > 1e-4:
+                print(f"!! n={n} threads={thr}: results differ (rel {err:.2e})")
+            m_np, m_ours = statistics.median(t_np), statistics.median(t_ours)
+            print(f"{n:>5} {thr:>3} | {m_np * 1e3:>9.2f} {flops / m_np / 1e9:>7.1f} | "
+                  f"{m_ours * 1e3:>9.2f} {flops / m_ours / 1e9:>7.1f} | {m_np / m_ours:>5.2f}")
+    kernel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

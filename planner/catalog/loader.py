@@ -1,0 +1,299 @@
+"""YAML text → validated :class:`~planner.catalog.model.Target`, or every mistake at once.
+
+Verification order (each step sees only what the previous ones accepted):
+
+1. YAML syntax, via ``yaml.compose`` so every node keeps its line and column.  A
+   syntax error stops here: nothing after it can be located reliably.
+2. Shape and types of every key against the tables in :mod:`planner.catalog.spec`
+   (unknown keys with a suggestion, missing keys, byte sizes, enums).
+3. Names and references: duplicates, parents, cycles and the single root of the scope
+   tree, resource classes, instance scopes, sync scopes, and each ``access`` entry's
+   scope, resource and operations (which the resource must support).
+4. Only if no diagnostic was recorded: build the frozen model.
+
+All diagnostics are sorted by position and raised together as
+``PlannerError(kind="catalog")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from planner.catalog.model import (
+    BUILTIN_CLASSES,
+    AccessRule,
+    BankGeometry,
+    CostModel,
+    Resource,
+    ResourceClassDecl,
+    Scope,
+    SyncRule,
+    Target,
+)
+from planner.catalog.spec import (
+    INVALID,
+    TARGET,
+    Context,
+    Object,
+    Parsed,
+    ParsedList,
+    did_you_mean,
+)
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+
+
+def load_target_text(text: str, filename: str = "<string>") -> Target:
+    """Parse and validate catalog ``text``; ``filename`` is used in diagnostics only."""
+    return load_target_source(text, filename, expected_name=None)
+
+
+def load_target_file(path: str | Path) -> Target:
+    """Load the catalog at ``path``; its ``name`` must match the file name."""
+    path = Path(path)
+    return load_target_source(read_catalog_text(path), str(path), expected_name=path.stem)
+
+
+def read_catalog_text(path: Path) -> str:
+    """The text of a catalog file, or a located PlannerError."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise PlannerError(Diagnostic(f"cannot read catalog: {exc.strerror or exc}",
+                                      SourceLoc(str(path), 0)), kind="catalog") from None
+    except UnicodeDecodeError as exc:
+        raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
+                                      SourceLoc(str(path), 1)), kind="catalog") from None
+
+
+def load_target_source(text: str, filename: str, expected_name: str | None) -> Target:
+    """Steps 1-4; ``expected_name``, when given, must equal the catalog's ``name``."""
+    ctx = Context(filename)
+    node = _compose(text, filename)
+    top = Object(TARGET).read(node, ctx, "")
+    if isinstance(top, Parsed):
+        _Checker(ctx, top).run(expected_name)
+    if ctx.diagnostics:
+        ordered = sorted(ctx.diagnostics, key=lambda d: (d.loc.line, d.loc.col))
+        raise PlannerError(ordered, kind="catalog")
+    assert isinstance(top, Parsed)
+    return _build(top, filename, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def _compose(text: str, filename: str) -> yaml.Node:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = SourceLoc(filename, mark.line + 1, mark.column + 1) if mark else SourceLoc(
+            filename, 1)
+        context = f" ({exc.context})" if exc.context else ""
+        raise PlannerError(Diagnostic(f"invalid YAML: {exc.problem}{context}", loc),
+                           kind="catalog") from None
+    except yaml.YAMLError as exc:
+        raise PlannerError(Diagnostic(f"invalid YAML: {exc}", SourceLoc(filename, 1)),
+                           kind="catalog") from None
+    if node is None:
+        raise PlannerError(Diagnostic("the catalog is empty (expected a mapping with name, "
+                                      "scopes, resources, access and costs)",
+                                      SourceLoc(filename, 1)), kind="catalog")
+    return node
+
+
+def _objects(value: object) -> list[Parsed]:
+    """The well-formed objects of a list value (rejected ones are already reported)."""
+    if not isinstance(value, ParsedList):
+        return []
+    return [item for item in value.items if isinstance(item, Parsed)]
+
+
+def _valid(value: object) -> bool:
+    return value is not INVALID and value is not None
+
+
+class _Checker:
+    """Step 3: names and references across the whole file."""
+
+    def __init__(self, ctx: Context, top: Parsed) -> None:
+        self.ctx, self.top = ctx, top
+        self.scopes = self._unique(_objects(top["scopes"]), "scope")
+        self.resources = self._unique(_objects(top["resources"]), "resource")
+        self.classes = self._unique(_objects(top["classes"]), "resource class")
+
+    def run(self, expected_name: str | None) -> None:
+        name = self.top["name"]
+        if expected_name is not None and _valid(name) and name != expected_name:
+            self.ctx.error(self.top.at("name"), "name",
+                           f"target name {name!r} does not match the file name "
+                           f"{expected_name + '.yaml'!r} (a catalog is <name>.yaml)")
+        self._check_classes()
+        self._check_scopes()
+        self._ref(self.top, "default_parallel_scope", self.scopes, "scope")
+        for res in self.resources.values():
+            self._check_resource(res)
+        self._check_access()
+
+    def _unique(self, objects: list[Parsed], what: str) -> dict[str, Parsed]:
+        seen: dict[str, Parsed] = {}
+        for obj in objects:
+            name = obj["name"]
+            if not _valid(name):
+                continue
+            if name in seen:
+                self.ctx.error(obj.at("name"), obj.path_of("name"),
+                               f"duplicate {what} name {name!r}",
+                               ((seen[name].at("name"), "first defined here"),))
+            else:
+                seen[name] = obj
+        return seen
+
+    def _ref(self, obj: Parsed, key: str, known: dict[str, Parsed], what: str) -> None:
+        name = obj[key]
+        if _valid(name) and name not in known:
+            self.ctx.error(obj.at(key), obj.path_of(key),
+                           f"unknown {what} {name!r}{did_you_mean(str(name), list(known))}")
+
+    def _check_classes(self) -> None:
+        for name, decl in self.classes.items():
+            if name in BUILTIN_CLASSES:
+                self.ctx.error(decl.at("name"), decl.path_of("name"),
+                               f"{name!r} is a built-in resource class; do not declare it")
+
+    def _check_scopes(self) -> None:
+        roots = [s for s in self.scopes.values() if s["parent"] is None]
+        for extra in roots[1:]:
+            self.ctx.error(extra.at("parent"), extra.path_of("parent"),
+                           f"scope {extra['name']!r} is a second root (the root is "
+                           f"{roots[0]['name']!r}); give it a parent")
+        for scope in self.scopes.values():
+            self._ref(scope, "parent", self.scopes, "scope")
+            extent, most = scope["extent"], scope["max_extent"]
+            if _valid(extent) and _valid(most) and most < extent:
+                self.ctx.error(scope.at("max_extent"), scope.path_of("max_extent"),
+                               f"max_extent {most} is below extent {extent}")
+        # Without a root every parent is dangling, rejected, or on a cycle: all reported.
+        self._check_cycles()
+
+    def _check_cycles(self) -> None:
+        reported: set[str] = set()
+        for start in self.scopes:
+            chain: list[str] = []
+            current = start
+            while _valid(current) and current in self.scopes and current not in chain:
+                chain.append(current)
+                current = self.scopes[current]["parent"]
+            if current not in chain or current in reported:
+                continue
+            cycle = chain[chain.index(current):]
+            reported.update(cycle)
+            scope = self.scopes[cycle[0]]
+            self.ctx.error(scope.at("parent"), scope.path_of("parent"),
+                           f"scopes form a cycle: {' → '.join([*cycle, cycle[0]])}")
+
+    def _check_resource(self, res: Parsed) -> None:
+        cls = res["class"]
+        known_classes = [*BUILTIN_CLASSES, *self.classes]
+        if _valid(cls) and cls not in known_classes:
+            self.ctx.error(res.at("class"), res.path_of("class"),
+                           f"unknown resource class {cls!r}{did_you_mean(cls, known_classes)};"
+                           f" declare a new class under 'classes'")
+        self._ref(res, "instance_scope", self.scopes, "scope")
+        alignment = res["alignment"]
+        if _valid(alignment) and (alignment < 1 or alignment & (alignment - 1)):
+            self.ctx.error(res.at("alignment"), res.path_of("alignment"),
+                           f"alignment {alignment} is not a power of two")
+        self._no_repeats(res["operations"])
+        self._unique(_objects(res["sync"]), "sync rule")
+        for rule in _objects(res["sync"]):
+            self._ref(rule, "scope", self.scopes, "scope")
+
+    def _no_repeats(self, ops: object) -> None:
+        if not isinstance(ops, ParsedList):
+            return
+        seen: set[object] = set()
+        for i, (op, loc) in enumerate(zip(ops.items, ops.locs, strict=True)):
+            if op is not INVALID and op in seen:
+                self.ctx.error(loc, f"{ops.path}[{i}]", f"operation {op.value!r} listed twice")
+            seen.add(op)
+
+    def _check_access(self) -> None:
+        first: dict[tuple[str, str], Parsed] = {}
+        for rule in _objects(self.top["access"]):
+            self._ref(rule, "scope", self.scopes, "scope")
+            self._ref(rule, "resource", self.resources, "resource")
+            self._no_repeats(rule["operations"])
+            pair = (rule["scope"], rule["resource"])
+            if pair in first:
+                self.ctx.error(rule.loc, rule.path,
+                               f"second access entry for scope {pair[0]!r} and resource "
+                               f"{pair[1]!r}; list all operations in one entry",
+                               ((first[pair].loc, "first entry"),))
+            elif _valid(pair[0]) and _valid(pair[1]):
+                first[pair] = rule
+            self._check_supported(rule)
+
+    def _check_supported(self, rule: Parsed) -> None:
+        res, ops = self.resources.get(rule["resource"]), rule["operations"]
+        if res is None or not isinstance(ops, ParsedList) or not isinstance(
+                res["operations"], ParsedList):
+            return
+        supported = [op for op in res["operations"].items if op is not INVALID]
+        for i, (op, loc) in enumerate(zip(ops.items, ops.locs, strict=True)):
+            if op is not INVALID and op not in supported:
+                listed = ", ".join(o.value for o in supported)
+                self.ctx.error(loc, f"{ops.path}[{i}]",
+                               f"resource {res['name']!r} does not support {op.value!r} "
+                               f"(its operations: {listed})")
+
+
+# -- step 4 ----------------------------------------------------------------------------
+
+def _build(top: Parsed, filename: str, content_hash: str) -> Target:
+    return Target(
+        name=top["name"],
+        description=top["description"],
+        backend=top["backend"],
+        scopes=tuple(_scope(s) for s in _objects(top["scopes"])),
+        default_parallel_scope=top["default_parallel_scope"],
+        resources=tuple(_resource(r) for r in _objects(top["resources"])),
+        access=tuple(AccessRule(a["scope"], a["resource"], frozenset(a["operations"].items),
+                                a.loc) for a in _objects(top["access"])),
+        costs=_costs(top["costs"]),
+        classes=tuple(ResourceClassDecl(c["name"], c["description"], c.loc)
+                      for c in _objects(top["classes"])),
+        content_hash=content_hash,
+        source=filename,
+        loc=top.loc,
+    )
+
+
+def _scope(s: Parsed) -> Scope:
+    return Scope(s["name"], s["parent"], s["extent"], s["max_extent"], s["description"], s.loc)
+
+
+def _resource(r: Parsed) -> Resource:
+    banks = r["banks"]
+    return Resource(
+        name=r["name"],
+        resource_class=r["class"],
+        instance_scope=r["instance_scope"],
+        capacity=r["capacity"],
+        alignment=r["alignment"],
+        coherence=r["coherence"],
+        operations=frozenset(r["operations"].items),
+        slicing=r["slicing"],
+        bandwidth=r["bandwidth"],
+        latency=r["latency"],
+        banks=BankGeometry(banks["count"], banks["width"], banks.loc) if banks else None,
+        sync=tuple(SyncRule(s["name"], s["scope"], s["cost"], s.loc)
+                   for s in _objects(r["sync"])),
+        description=r["description"],
+        loc=r.loc,
+    )
+
+
+def _costs(c: Parsed) -> CostModel:
+    return CostModel(c["clock_ghz"], c["concurrent_instances"], c["cheap"], c["transcendental"],
+                     c["mma"], c["barrier"], c.loc)

@@ -1,0 +1,305 @@
+"""What a target is, as frozen data: execution scopes, resources, access and costs.
+
+A target (S6) has two independent structures:
+
+* **Scopes** form a tree of execution levels (CPU ``process → worker → lane``,
+  Metal ``grid → threadgroup → simdgroup → thread``).  ``extent`` counts instances
+  per parent instance.  The tree answers "is scope *a* an ancestor of *b*", which is
+  what ownership (S5, S7) and the execution-to-memory equation (S20) need.
+* **Resources** are physical storage, each owned by one scope (``instance_scope``:
+  one instance of the resource per instance of that scope), with a class
+  (``private``, ``shared``, ``cluster``, ``global``, ``tensor``, or a class the
+  catalog itself declares), a capacity and cost figures.
+
+The two are tied together by ``can_access(scope, resource, operation)``, which is
+*data*, never derived from an order: tensor memory may be written by the block's
+MMA engine but not read by its threads, a systolic array may read a scratchpad it
+cannot write.  Classes are constraints, not a lattice (seed, "Memory ownership").
+
+:meth:`Target.resolve` answers where a Memory owned at a scope with a resource
+constraint would live: a resource of the class owned by the same scope, else by the
+nearest ancestor whose resource may be sliced per descendant instance (S17: never
+silently change the owner; Metal threadgroup memory cannot be sliced per thread).
+For ``auto_``, resources that support plain ``read`` and ``write`` compete, nearest
+owner first, then ``shared`` before ``private`` before ``cluster`` before custom
+classes before ``global`` (so CPU worker memory lands in local storage, S17).
+
+Every object remembers where it was written (``loc``); locations never take part
+in equality.  Lookups by a name the target does not know raise
+:class:`~planner.errors.PlannerError` with the known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from enum import Enum
+
+from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
+
+
+class Operation(str, Enum):
+    """What an execution scope does to a resource; the fixed vocabulary of ``can_access``."""
+
+    READ = "read"
+    WRITE = "write"
+    MMA_READ = "mma_read"  # read as a matrix-engine operand
+    MMA_WRITE = "mma_write"  # written as a matrix-engine result / accumulator
+    ATOMIC = "atomic"
+    COPY_ASYNC = "copy_async"  # source or destination of an asynchronous copy engine
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Coherence(str, Enum):
+    """When a write by one accessor becomes visible to the others (S21)."""
+
+    COHERENT = "coherent"  # hardware keeps all accessors coherent (CPU caches)
+    BARRIER = "barrier"  # visible to the members of a scope after one of its sync rules
+    FENCE = "fence"  # needs a memory fence / release-acquire between instances
+    ASYNC = "async"  # written by asynchronous engines: visible after an explicit wait
+    NONE = "none"  # never shared: only the owning instance touches it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Backend(str, Enum):
+    """Code generators that can run a plan for a target."""
+
+    LLVM_CPU = "llvm-cpu"
+    METAL = "metal"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Resource classes every catalog may use; a catalog adds others under ``classes:``.
+BUILTIN_CLASSES: tuple[str, ...] = ("private", "shared", "cluster", "global", "tensor")
+#: The resource constraint that leaves the class open (``mem::auto_``).
+AUTO = "auto_"
+_AUTO_RANK = {"shared": 0, "private": 1, "cluster": 2, "global": 4}  # custom classes: 3
+
+
+def normalize_class(name: str) -> str:
+    """The catalog spelling of a constraint: ``private_`` → ``private``, ``auto`` → ``auto_``."""
+    if name in (AUTO, "auto"):
+        return AUTO
+    return name.removesuffix("_")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """An execution level; ``extent`` instances per parent instance (None: dynamic)."""
+
+    name: str
+    parent: str | None
+    extent: int | None
+    max_extent: int | None = None
+    description: str = ""
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BankGeometry:
+    """``count`` banks of ``width`` bytes each (bank of byte address a: (a // width) % count)."""
+
+    count: int
+    width: int
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRule:
+    """A barrier or wait (its spelling) that orders the members of ``scope``."""
+
+    name: str
+    scope: str
+    cost: float
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A physical resource: one instance per instance of ``instance_scope``."""
+
+    name: str
+    resource_class: str
+    instance_scope: str
+    capacity: int | None  # bytes per instance; None: unbounded
+    alignment: int
+    coherence: Coherence
+    operations: frozenset[Operation]
+    slicing: bool  # may one instance be carved into per-descendant-instance slices?
+    bandwidth: float  # bytes per cycle per instance
+    latency: float  # cycles
+    banks: BankGeometry | None = None
+    sync: tuple[SyncRule, ...] = ()
+    description: str = ""
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+    def supports(self, op: Operation | str) -> bool:
+        return Operation(op) in self.operations
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRule:
+    """Members of ``scope`` may apply ``operations`` to ``resource``."""
+
+    scope: str
+    resource: str
+    operations: frozenset[Operation]
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Throughput per instance of the default parallel scope, in ops (flops) per cycle."""
+
+    clock_ghz: float
+    concurrent_instances: int  # instances of the default parallel scope running at once
+    cheap: float  # add/mul/max/... elements per cycle
+    transcendental: float  # exp/log/tanh/sqrt elements per cycle
+    mma: float  # flops per cycle
+    barrier: float  # cycles per barrier of the default parallel scope
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClassDecl:
+    """A resource class a catalog defines beyond :data:`BUILTIN_CLASSES`."""
+
+    name: str
+    description: str = ""
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A validated target catalog.  Build with :func:`planner.catalog.load_target_file`."""
+
+    name: str
+    description: str
+    backend: Backend | None
+    scopes: tuple[Scope, ...]
+    default_parallel_scope: str
+    resources: tuple[Resource, ...]
+    access: tuple[AccessRule, ...]
+    costs: CostModel
+    classes: tuple[ResourceClassDecl, ...] = ()
+    content_hash: str = ""  # sha256 of the file text
+    source: str = field(default="<unknown>", compare=False)
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+    _scopes: dict[str, Scope] = field(init=False, repr=False, compare=False)
+    _resources: dict[str, Resource] = field(init=False, repr=False, compare=False)
+    _access: frozenset[tuple[str, str, Operation]] = field(init=False, repr=False,
+                                                           compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_scopes", {s.name: s for s in self.scopes})
+        object.__setattr__(self, "_resources", {r.name: r for r in self.resources})
+        object.__setattr__(self, "_access", frozenset(
+            (a.scope, a.resource, op) for a in self.access for op in a.operations))
+
+    # -- lookups -------------------------------------------------------------------
+    def scope(self, name: str) -> Scope:
+        """The scope called ``name``."""
+        found = self._scopes.get(name)
+        if found is None:
+            raise self._unknown("scope", name, self._scopes)
+        return found
+
+    def resource(self, name: str) -> Resource:
+        """The resource called ``name``."""
+        found = self._resources.get(name)
+        if found is None:
+            raise self._unknown("resource", name, self._resources)
+        return found
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Every class a resource constraint may name on this target."""
+        return BUILTIN_CLASSES + tuple(c.name for c in self.classes)
+
+    def resources_for_class(self, cls: str) -> tuple[Resource, ...]:
+        """Resources of class ``cls`` (``private_`` is accepted for ``private``), in file order."""
+        cls = normalize_class(cls)
+        return tuple(r for r in self.resources if r.resource_class == cls)
+
+    # -- relations -----------------------------------------------------------------
+    def can_access(self, scope: str, resource: str, op: Operation | str) -> bool:
+        """Whether members of ``scope`` may apply ``op`` to ``resource`` (explicit data)."""
+        self.scope(scope)
+        self.resource(resource)
+        return (scope, resource, Operation(op)) in self._access
+
+    def is_ancestor_or_self(self, a: str, b: str) -> bool:
+        """Whether scope ``a`` is ``b`` or one of its ancestors."""
+        return self._distance(a, b) is not None
+
+    def scope_depth(self, name: str) -> int:
+        """Levels between ``name`` and the root scope (the root has depth 0)."""
+        depth, parent = 0, self.scope(name).parent
+        while parent is not None:
+            depth, parent = depth + 1, self._scopes[parent].parent
+        return depth
+
+    def scope_path(self, name: str) -> tuple[str, ...]:
+        """The scopes from the root down to ``name``."""
+        path: list[str] = []
+        current: str | None = name
+        while current is not None:
+            path.append(current)
+            current = self.scope(current).parent
+        return tuple(reversed(path))
+
+    def children(self, name: str | None) -> tuple[Scope, ...]:
+        """Scopes whose parent is ``name`` (``None``: the root)."""
+        return tuple(s for s in self.scopes if s.parent == name)
+
+    @property
+    def root_scope(self) -> Scope:
+        return self.children(None)[0]
+
+    def resolve(self, cls: str, owner_scope: str) -> Resource | None:
+        """The resource a Memory owned at ``owner_scope`` with constraint ``cls`` lives in.
+
+        None when the target has no legal home for it (e.g. Metal group-owned private).
+        """
+        cls = normalize_class(cls)
+        self.scope(owner_scope)
+        best: tuple[tuple[int, int], Resource] | None = None
+        for res in self.resources:
+            if cls == AUTO:
+                if not {Operation.READ, Operation.WRITE} <= res.operations:
+                    continue
+                rank = _AUTO_RANK.get(res.resource_class, 3)
+            elif res.resource_class == cls:
+                rank = 0
+            else:
+                continue
+            distance = self._distance(res.instance_scope, owner_scope)
+            if distance is None or (distance > 0 and not res.slicing):
+                continue
+            if best is None or (distance, rank) < best[0]:
+                best = ((distance, rank), res)
+        return None if best is None else best[1]
+
+    def _distance(self, ancestor: str, scope: str) -> int | None:
+        """Levels from ``scope`` up to ``ancestor``; None when it is not an ancestor."""
+        self.scope(ancestor)
+        distance, current = 0, self.scope(scope).name
+        while current != ancestor:
+            parent = self._scopes[current].parent
+            if parent is None:
+                return None
+            distance, current = distance + 1, parent
+        return distance
+
+    def _unknown(self, what: str, name: str, known: dict[str, object]) -> PlannerError:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        message = (f"target {self.name!r} has no {what} {name!r} "
+                   f"({hint}known: {', '.join(known)})")
+        return PlannerError(Diagnostic(message, self.loc), kind="catalog")

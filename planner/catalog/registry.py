@@ -1,0 +1,118 @@
+"""Finding catalogs by name: built-in ``catalogs/`` plus the user's directories.
+
+A catalog is the file ``<name>.yaml`` in one of the search directories.  The user's
+directories come first, in the order given (explicit ``--catalog-dir`` arguments, then
+``PLANNER_CATALOG_PATH``), and the built-in directory last, so a user's file overrides
+a built-in target of the same name.  Directories are rescanned on every call: a file
+added while a server runs is found without a restart.
+
+Nothing here reads the environment on import; callers pass the directories in
+(:func:`env_catalog_dirs` turns the environment variable into a list when asked).
+Loaded targets are cached per path and reused while the file's mtime and size are
+unchanged, or, when they changed, while its content hash is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from planner.catalog.loader import load_target_source, read_catalog_text
+from planner.catalog.model import Target
+from planner.catalog.spec import TARGET_NAME, did_you_mean
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+
+#: The target used when none is named.
+DEFAULT_TARGET = "x86-avx2"
+#: The environment variable listing extra catalog directories (os.pathsep separated).
+CATALOG_PATH_ENV = "PLANNER_CATALOG_PATH"
+#: The catalogs shipped with planner, at the repository root.
+BUILTIN_DIR = Path(__file__).resolve().parents[2] / "catalogs"
+
+
+def env_catalog_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """The existing directories named in ``environ[PLANNER_CATALOG_PATH]``."""
+    entries = environ.get(CATALOG_PATH_ENV, "").split(os.pathsep)
+    return [Path(e) for e in entries if e and Path(e).is_dir()]
+
+
+class CatalogEntry(NamedTuple):
+    """A target that can be loaded: its name, file, and the file it overrides (if any)."""
+
+    name: str
+    path: Path
+    overrides: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    mtime_ns: int
+    size: int
+    content_hash: str
+    target: Target
+
+
+class CatalogRegistry:
+    """Targets by name over an ordered list of catalog directories."""
+
+    def __init__(self, extra_dirs: Iterable[str | Path] = (), *,
+                 builtin_dir: Path = BUILTIN_DIR) -> None:
+        self.dirs: tuple[Path, ...] = (*(Path(d) for d in extra_dirs), builtin_dir)
+        for directory in self.dirs[:-1]:
+            if not directory.is_dir():
+                raise PlannerError(Diagnostic(f"catalog directory {str(directory)!r} does "
+                                              "not exist", SourceLoc(str(directory), 0)),
+                                   kind="catalog")
+        self._cache: dict[Path, _Cached] = {}
+
+    @classmethod
+    def from_environment(cls, extra_dirs: Iterable[str | Path] = (),
+                         environ: Mapping[str, str] | None = None) -> CatalogRegistry:
+        """``extra_dirs`` first, then the directories of ``PLANNER_CATALOG_PATH``."""
+        env = os.environ if environ is None else environ
+        return cls([*extra_dirs, *env_catalog_dirs(env)])
+
+    def list(self) -> list[CatalogEntry]:
+        """Every visible target, by name, with the file it came from."""
+        found: dict[str, list[Path]] = {}
+        for directory in self.dirs:
+            for path in sorted(directory.glob("*.yaml")) if directory.is_dir() else ():
+                found.setdefault(path.stem, []).append(path)
+        return [CatalogEntry(name, paths[0], paths[1] if len(paths) > 1 else None)
+                for name, paths in sorted(found.items())]
+
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.list()]
+
+    def path(self, name: str) -> Path:
+        """The file that defines target ``name``."""
+        valid = re.fullmatch(TARGET_NAME.pattern or "", name) is not None
+        for directory in self.dirs if valid else ():
+            candidate = directory / f"{name}.yaml"
+            if candidate.is_file():
+                return candidate
+        known = self.names()
+        raise PlannerError(Diagnostic(f"unknown target {name!r}{did_you_mean(name, known)}; "
+                                      f"known targets: {', '.join(known)}"),
+                           kind="unknown-target")
+
+    def get(self, name: str) -> Target:
+        """The validated target ``name`` (cached while its file is unchanged)."""
+        path = self.path(name)
+        stat = path.stat()
+        cached = self._cache.get(path)
+        if cached and (cached.mtime_ns, cached.size) == (stat.st_mtime_ns, stat.st_size):
+            return cached.target
+        text = read_catalog_text(path)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if cached and cached.content_hash == digest:
+            target = cached.target
+        else:
+            target = load_target_source(text, str(path), expected_name=name)
+        self._cache[path] = _Cached(stat.st_mtime_ns, stat.st_size, digest, target)
+        return target

@@ -1,0 +1,458 @@
+"""The Tile IR verifier.
+
+Verification order (each step assumes the previous ones passed for the op):
+
+1. **Op shape** — per op: operand kinds and arities from its ``SPEC``, its own
+   cross-field invariants (mma shapes, broadcast dims, ...), result types equal
+   to what the op infers.
+2. **Scoping and dominance** — every operand is defined before its use in the same
+   block or an enclosing one; every symbol in an expression is a kernel extent or
+   the index of an enclosing region; loop bodies end in a ``yield`` matching the
+   carried types and nothing else yields.
+3. **MemorySSA** (S9, S15, S16) — every state belongs to exactly one Memory (followed
+   through stores and loop carries); a store/load names the memory of its state
+   (no swapping same-typed states); only the current state of a memory may be used
+   (no reuse of an old state after a store); a carried memory yields its current
+   state; a store to an ancestor's Memory inside a child ``parallel`` is rejected
+   (an implementation gap, S16) while reads are fine.
+4. **Definite initialization** (S10) — a load must see a state that is stored on
+   every path, including the path where a loop runs zero times.
+5. **Allocations** (S5, S13, S14) — the resource constraint must be one the owner
+   can have; whole-tile storage needs an injective layout; a known-empty
+   allocation with surviving uses is rejected (unused ones are removed by
+   :func:`remove_unused_empty_allocs`); byte addressing must fit signed 64 bits.
+
+All findings are collected, then raised together as one :class:`PlannerError`.
+Target-dependent checks (can_access, factorization, capacity, symbolic proofs) live
+in ``planner.solve.proofs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.ir import core
+from planner.ir.core import Block, Kernel, LoopOp, Op, ParallelOp, ResourceClass, Value
+from planner.ir.dtypes import DType
+from planner.ir.expr import Const, Expr
+from planner.ir.layout import Layout
+from planner.ir.types import MemoryType, StateType, TileType, ViewType
+
+INT64_MAX = 2**63 - 1
+
+
+def verify(kernel: Kernel, bindings: Mapping[str, int] | None = None) -> None:
+    """Raise one PlannerError listing every violation; return quietly if valid."""
+    diags = collect_diagnostics(kernel, bindings)
+    if diags:
+        raise PlannerError(diags, kind="invalid-ir")
+
+
+def collect_diagnostics(kernel: Kernel, bindings: Mapping[str, int] | None = None
+                        ) -> list[Diagnostic]:
+    v = _Verifier(kernel, dict(bindings or {}))
+    v.run()
+    return v.diags
+
+
+def value_name(v: Value) -> str:
+    return f"%{v.name_hint}" if v.name_hint else f"value of type {v.type}"
+
+
+def _loc_note(v: Value) -> tuple[SourceLoc, str] | None:
+    owner = v.owner
+    if isinstance(owner, Op):
+        return (owner.loc, f"{value_name(v)} is defined here")
+    return None
+
+
+@dataclass
+class _Scope:
+    values: set[int] = field(default_factory=set)
+    symbols: set[str] = field(default_factory=set)
+
+
+class _Verifier:
+    def __init__(self, kernel: Kernel, bindings: dict[str, int]) -> None:
+        self.kernel = kernel
+        self.bindings = bindings
+        self.diags: list[Diagnostic] = []
+        self.state_memory: dict[int, Value] = {}  # state value id -> memory value
+        self.initialized: dict[int, bool] = {}
+        self.uninit_reason: dict[int, str] = {}
+        self.mem_depth: dict[int, int] = {}  # memory id -> parallel nesting depth of alloc
+        self.alloc_of: dict[int, core.AllocOp] = {}
+
+    def err(self, op: Op | None, rule: str, message: str,
+            notes: list[tuple[SourceLoc, str] | None] | None = None) -> None:
+        loc = op.loc if op is not None else self.kernel.loc
+        kept = tuple(n for n in (notes or []) if n is not None)
+        self.diags.append(Diagnostic(message, loc, rule, notes=kept))
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> None:
+        scope = _Scope()
+        for p in self.kernel.params:
+            if not isinstance(p.type, ViewType):
+                self.err(None, "S1", f"kernel parameter {value_name(p)} must be a view")
+            scope.values.add(id(p))
+        scope.symbols.update(self.kernel.symbols())
+        self.block(self.kernel.body, [scope], parallel_depth=0, current={})
+
+    def block(self, block: Block, scopes: list[_Scope], parallel_depth: int,
+              current: dict[int, Value]) -> dict[int, Value]:
+        """Verify ``block``; ``current`` maps memory id -> its current state value."""
+        local = _Scope()
+        scopes = [*scopes, local]
+        for a in block.args:
+            local.values.add(id(a))
+        for op in block.ops:
+            self.op_shape(op)
+            self.op_scoping(op, scopes)
+            current = self.op_memory(op, scopes, parallel_depth, current)
+            for r in op.results:
+                local.values.add(id(r))
+        return current
+
+    # ------------------------------------------------------------------ 1. op shape
+
+    def op_shape(self, op: Op) -> None:
+        for name in op.SPEC.operands:
+            if not isinstance(getattr(op, name, None), Value):
+                self.err(op, "", f"{op.SPEC.name}: operand '{name}' is missing")
+                return
+        try:
+            self.op_invariants(op)
+            expected = op.result_types()
+        except (AssertionError, IndexError, TypeError) as exc:
+            self.err(op, "", f"{op.SPEC.name}: malformed operands ({exc or 'type mismatch'})")
+            return
+        actual = [r.type for r in op.results]
+        if actual != expected:
+            self.err(op, "", f"{op.SPEC.name}: result types {list(map(str, actual))} differ "
+                             f"from the inferred {list(map(str, expected))}")
+
+    def op_invariants(self, op: Op) -> None:  # noqa: C901 - one case per op kind
+        def tile(v: Value, what: str) -> TileType:
+            if not isinstance(v.type, TileType):
+                raise TypeError(f"{what} must be a tile, got {v.type}")
+            return v.type
+
+        def dims(shape: tuple[Expr, ...]) -> str:
+            return "[" + ", ".join(map(str, shape)) + "]"
+
+        name = op.SPEC.name
+        if isinstance(op, (core.LoadOp, core.StoreOp)):
+            vt = op.view.type
+            if not isinstance(vt, ViewType):
+                raise TypeError(f"operand must be a view, got {vt}")
+            if len(op.offsets) != vt.rank:
+                self.err(op, "", f"{name}: {len(op.offsets)} offsets for a rank-{vt.rank} view")
+            if isinstance(op, core.LoadOp) and len(op.shape) != vt.rank:
+                self.err(op, "", f"{name}: window rank {len(op.shape)} != view rank {vt.rank}")
+            if isinstance(op, core.StoreOp):
+                t = tile(op.tile, "stored value")
+                if t.rank != vt.rank or t.dtype != vt.dtype:
+                    self.err(op, "", f"{name}: cannot store {t} into {vt}")
+                if vt.readonly:
+                    self.err(op, "S1", f"{name}: view {value_name(op.view)} is const")
+        elif isinstance(op, core.BinaryOp):
+            a, b = tile(op.lhs, "lhs"), tile(op.rhs, "rhs")
+            if a != b:
+                self.err(op, "", f"{name} {op.fn.value}: operand types differ: {a} vs {b}")
+        elif isinstance(op, core.SelectOp):
+            c, a, b = tile(op.cond, "cond"), tile(op.a, "a"), tile(op.b, "b")
+            if c.dtype != DType.BOOL or c.shape != a.shape or a != b:
+                self.err(op, "", f"{name}: needs a bool condition and equal tiles, got "
+                                 f"{c}, {a}, {b}")
+        elif isinstance(op, core.MmaOp):
+            a, b, c = tile(op.a, "a"), tile(op.b, "b"), tile(op.acc, "acc")
+            ok = (a.rank == b.rank == c.rank == 2 and a.shape[1] == b.shape[0]
+                  and c.shape == (a.shape[0], b.shape[1]))
+            if not ok:
+                self.err(op, "", f"{name}: shapes {dims(a.shape)} @ {dims(b.shape)} + "
+                                 f"{dims(c.shape)} do not form [m, k] @ [k, n] + [m, n]")
+        elif isinstance(op, core.BroadcastOp):
+            t = tile(op.x, "x")
+            ok = (len(op.dims) == t.rank and len(set(op.dims)) == len(op.dims)
+                  and all(0 <= d < len(op.shape) for d in op.dims)
+                  and list(op.dims) == sorted(op.dims)
+                  and all(op.shape[d] == t.shape[i] for i, d in enumerate(op.dims)))
+            if not ok:
+                self.err(op, "", f"{name}: cannot broadcast {dims(t.shape)} to "
+                                 f"{dims(op.shape)} with dims {list(op.dims)}")
+        elif isinstance(op, core.TransposeOp):
+            t = tile(op.x, "x")
+            if sorted(op.perm) != list(range(t.rank)):
+                self.err(op, "", f"{name}: {list(op.perm)} is not a permutation of rank {t.rank}")
+        elif isinstance(op, core.ReduceOp):
+            t = tile(op.x, "x")
+            if not 0 <= op.axis < t.rank:
+                self.err(op, "", f"{name}: axis {op.axis} out of range for rank {t.rank}")
+        elif isinstance(op, core.IotaOp):
+            if not 0 <= op.dim < len(op.shape):
+                self.err(op, "", f"{name}: dim {op.dim} out of range for rank {len(op.shape)}")
+        elif isinstance(op, core.UnaryOp):
+            tile(op.x, "x")
+        elif isinstance(op, core.CastOp):
+            tile(op.x, "x")
+        elif isinstance(op, core.MemStoreOp):
+            mt, t = op.memory.type, tile(op.tile, "stored value")
+            if not isinstance(mt, MemoryType):
+                raise TypeError(f"operand must be a memory, got {mt}")
+            if (t.dtype, t.shape) != (mt.dtype, mt.shape):
+                self.err(op, "S10", f"{name}: cannot store {t} into {mt}")
+        elif isinstance(op, LoopOp):
+            if op.window < 1 or op.interval < 1:
+                self.err(op, "S18", f"{name}: window {op.window} and interval {op.interval} "
+                                    "must be >= 1")
+
+    # ------------------------------------------------------------------ 2. scoping
+
+    def op_scoping(self, op: Op, scopes: list[_Scope]) -> None:
+        visible = set().union(*(s.values for s in scopes))
+        for v in op.operands():
+            if id(v) not in visible:
+                self.err(op, "S15", f"{op.SPEC.name} uses {value_name(v)}, whose definition "
+                                    "does not dominate this use", [_loc_note(v)])
+        symbols = set().union(*(s.symbols for s in scopes)) | set(self.bindings)
+        for e in _op_exprs(op):
+            for s in sorted(e.symbols() - symbols):
+                self.err(op, "S15", f"{op.SPEC.name}: symbol {s} is not a kernel extent nor "
+                                    "the index of an enclosing region")
+        if isinstance(op, core.YieldOp) and not (op.parent and op.parent.parent
+                                                 and isinstance(op.parent.parent, LoopOp)):
+            self.err(op, "", "region.yield outside a loop body")
+
+    # ------------------------------------------------------------------ 3-5. memory
+
+    def op_memory(self, op: Op, scopes: list[_Scope], parallel_depth: int,
+                  current: dict[int, Value]) -> dict[int, Value]:
+        if isinstance(op, core.AllocOp):
+            self.check_alloc(op, parallel_depth)
+            mem = op.memory
+            self.alloc_of[id(mem)] = op
+            self.mem_depth[id(mem)] = parallel_depth
+            self.state_memory[id(op.initial_state)] = mem
+            self.initialized[id(op.initial_state)] = False
+            self.uninit_reason[id(op.initial_state)] = "it is never stored before this read"
+            return {**current, id(mem): op.initial_state}
+        if isinstance(op, (core.MemStoreOp, core.MemLoadOp)):
+            self.use_state(op, op.memory, op.state, current)
+            if isinstance(op, core.MemLoadOp):
+                self.check_initialized(op, op.state)
+                return current
+            if self.mem_depth.get(id(op.memory), 0) < parallel_depth:
+                self.err(op, "S16", f"store to {self.mem_name(op.memory)}, owned outside this "
+                         "parallel region, inside a child parallel: ancestor Memory writes in "
+                         "child parallel scopes are not supported yet (they need range-aware "
+                         "MemorySSA); reads are fine",
+                         [(self.alloc_of[id(op.memory)].loc, "the memory is declared here")
+                          if id(op.memory) in self.alloc_of else None])
+            self.state_memory[id(op.result)] = op.memory
+            self.initialized[id(op.result)] = True
+            return {**current, id(op.memory): op.result}
+        if isinstance(op, ParallelOp):
+            self.block(op.body, scopes + [_Scope(symbols={a.index.name for a in op.axes})],
+                       parallel_depth + 1, dict(current))
+            return current
+        if isinstance(op, LoopOp):
+            return self.loop(op, scopes, parallel_depth, current)
+        return current
+
+    def mem_name(self, mem: Value) -> str:
+        return f"memory {value_name(mem)}"
+
+    def use_state(self, op: Op, mem: Value, state: Value, current: dict[int, Value]) -> None:
+        owner_mem = self.state_memory.get(id(state))
+        if owner_mem is None:
+            if not isinstance(state.type, StateType):
+                self.err(op, "S9", f"{op.SPEC.name}: {value_name(state)} is not a MemoryState")
+            return
+        if owner_mem is not mem:
+            self.err(op, "S15", f"{op.SPEC.name} on {self.mem_name(mem)} uses a state of "
+                     f"{self.mem_name(owner_mem)}: states cannot be swapped between memories, "
+                     "even when their types agree")
+        elif current.get(id(mem)) is not state:
+            self.err(op, "S15", f"{op.SPEC.name} on {self.mem_name(mem)} uses an old state: "
+                     "the memory was stored since; only the reaching state may be used",
+                     [_loc_note(state)])
+
+    def check_initialized(self, op: Op, state: Value) -> None:
+        if not self.initialized.get(id(state), True):
+            mem = self.state_memory.get(id(state))
+            name = self.mem_name(mem) if mem is not None else "memory"
+            self.err(op, "S10", f"read of {name} before a definite store: "
+                     f"{self.uninit_reason.get(id(state), '')}; there is no implicit zero fill")
+
+    def loop(self, op: LoopOp, scopes: list[_Scope], parallel_depth: int,
+             current: dict[int, Value]) -> dict[int, Value]:
+        args, body = op.body.args, op.body
+        if len(args) != len(op.inits) or any(a.type != i.type for a, i in zip(args, op.inits,
+                                                                              strict=False)):
+            self.err(op, "", f"{op.SPEC.name} {op.label}: block arguments do not match inits")
+            return current
+        inner = dict(current)
+        carried_mems: list[tuple[int, Value]] = []
+        for i, (arg, init) in enumerate(zip(args, op.inits, strict=True)):
+            mem = self.state_memory.get(id(init))
+            if mem is not None:
+                self.use_state(op, mem, init, current)
+                self.state_memory[id(arg)] = mem
+                self.initialized[id(arg)] = self.initialized.get(id(init), True)
+                self.uninit_reason[id(arg)] = self.uninit_reason.get(id(init), "")
+                inner[id(mem)] = arg
+                carried_mems.append((i, mem))
+        symbols = {a.index.name for a in op.axes}
+        after = self.block(body, scopes + [_Scope(symbols=symbols)], parallel_depth, inner)
+        term = body.ops[-1] if body.ops else None
+        if not isinstance(term, core.YieldOp) or len(term.values) != len(args):
+            self.err(op, "", f"{op.SPEC.name} {op.label}: the body must end with a yield of "
+                             f"{len(args)} values")
+            return current
+        if any(v.type != a.type for v, a in zip(term.values, args, strict=True)):
+            self.err(term, "", "region.yield: yielded types do not match the carried types")
+        for mem_id, state in after.items():
+            if mem_id in current and current[mem_id] is not state and all(
+                    m is not None and id(m) != mem_id for _, m in carried_mems):
+                self.err(op, "S9", f"{self.mem_name(self.state_memory[id(state)])} is stored "
+                         f"inside loop {op.label!r} but its state is not carried out of it")
+        out = dict(current)
+        may_skip = _may_run_zero_times(op, self.bindings)
+        for i, mem in carried_mems:
+            y = term.values[i]
+            if self.state_memory.get(id(y)) is not mem:
+                other = self.state_memory.get(id(y))
+                self.err(term, "S15", f"region.yield carries a state of "
+                         f"{self.mem_name(other) if other else 'no memory'} in the slot of "
+                         f"{self.mem_name(mem)}: states cannot be swapped between memories")
+            elif after.get(id(mem)) is not y:
+                self.err(term, "S15", f"region.yield of {self.mem_name(mem)} yields an old "
+                                      "state: only the reaching state may be carried")
+            res = op.results[i]
+            self.state_memory[id(res)] = mem
+            init_ok = self.initialized.get(id(op.inits[i]), True)
+            body_ok = self.initialized.get(id(y), True)
+            self.initialized[id(res)] = init_ok or (body_ok and not may_skip)
+            if not self.initialized[id(res)]:
+                self.uninit_reason[id(res)] = (
+                    f"it is only stored inside loop {op.label!r}, which may run zero times "
+                    f"(extent {' * '.join(str(a.extent) for a in op.axes)})" if body_ok
+                    else self.uninit_reason.get(id(op.inits[i]), ""))
+            out[id(mem)] = res
+        return out
+
+    def check_alloc(self, op: core.AllocOp, parallel_depth: int) -> None:
+        name = self.mem_name(op.memory)
+        lay = op.layout
+        if parallel_depth == 0 and op.resource not in (ResourceClass.GLOBAL, ResourceClass.AUTO):
+            self.err(op, "S5", f"{name} is owned by the kernel root (declared outside every "
+                     f"parallel region) but constrained to '{op.resource.value}': only global "
+                     "storage is shared by all instances of the kernel; declare it inside the "
+                     "parallel region whose instances should own it")
+        if len(lay.shape) != len(lay.strides):
+            return
+        env = self.bindings
+        if not _known_empty(lay.shape, env):
+            zero_stride = [i for i, (e, s) in enumerate(zip(lay.shape, lay.strides, strict=True))
+                           if s == Const(0) and _maybe_gt_one(e, env)]
+            if zero_stride:
+                self.err(op, "S13", f"{name}: layout {lay} is a broadcast map (stride 0 on dim "
+                         f"{zero_stride[0]}): whole-tile storage needs an injective layout")
+            elif _concrete(lay.shape + lay.strides, env) and _enumerable(lay, env):
+                cex = lay.injectivity_counterexample(env)
+                if cex is not None:
+                    a, b, off = cex
+                    self.err(op, "S13", f"{name}: layout {lay} is not injective: elements "
+                             f"{list(a)} and {list(b)} both map to offset {off}")
+            if _concrete(lay.shape + lay.strides, env):
+                nbytes = lay.storage_elements(env) * op.dtype.itemsize
+                if nbytes > INT64_MAX:
+                    self.err(op, "S14", f"{name}: {nbytes} bytes of storage overflow signed "
+                             f"64-bit byte addressing (max {INT64_MAX})")
+        if _known_empty(lay.shape, env) and _has_uses(op, self.kernel):
+            self.err(op, "S14", f"{name} has an empty logical domain "
+                     f"[{', '.join(map(str, lay.shape))}] but is still stored or loaded: "
+                     "a zero-sized allocation cannot have surviving uses")
+
+
+def _op_exprs(op: Op) -> list[Expr]:
+    out: list[Expr] = []
+    for name in op.SPEC.attrs:
+        val = getattr(op, name)
+        if isinstance(val, Expr):
+            out.append(val)
+        elif isinstance(val, tuple):
+            for x in val:
+                if isinstance(x, Expr):
+                    out.append(x)
+                elif isinstance(x, core.Axis):
+                    out.append(x.extent)
+        elif hasattr(val, "shape") and hasattr(val, "strides"):
+            out.extend(val.shape)
+            out.extend(val.strides)
+    return out
+
+
+def _concrete(exprs: tuple[Expr, ...], env: Mapping[str, int]) -> bool:
+    return all(e.symbols() <= set(env) for e in exprs)
+
+
+ENUMERATION_LIMIT = 1 << 22
+
+
+def _enumerable(lay: Layout, env: Mapping[str, int]) -> bool:
+    """Small concrete layouts are checked by enumeration; larger ones by the z3 proofs."""
+    return lay.num_elements().evaluate(env) <= ENUMERATION_LIMIT
+
+
+def _known_empty(shape: tuple[Expr, ...], env: Mapping[str, int]) -> bool:
+    for e in shape:
+        if e == Const(0):
+            return True
+        if e.symbols() <= set(env) and e.evaluate(env) == 0:
+            return True
+    return False
+
+
+def _maybe_gt_one(e: Expr, env: Mapping[str, int]) -> bool:
+    if e.symbols() <= set(env):
+        return e.evaluate(env) > 1
+    return True
+
+
+def _may_run_zero_times(op: LoopOp, env: Mapping[str, int]) -> bool:
+    for a in op.axes:
+        if a.extent.symbols() <= set(env):
+            if a.extent.evaluate(env) <= 0:
+                return True
+        else:
+            return True
+    return False
+
+
+def _has_uses(alloc: core.AllocOp, kernel: Kernel) -> bool:
+    mem = alloc.memory
+    return any(mem in op.operands() for op in kernel.walk()
+               if isinstance(op, (core.MemStoreOp, core.MemLoadOp)))
+
+
+def remove_unused_empty_allocs(kernel: Kernel, bindings: Mapping[str, int] | None = None
+                               ) -> list[core.AllocOp]:
+    """Remove allocations with a known-empty domain and no loads or stores (S14).
+
+    Run after the target's resource checks: an empty allocation never bypasses an
+    explicit resource constraint.  Returns the removed ops.
+    """
+    env = dict(bindings or {})
+    removed = []
+    for op in list(kernel.walk()):
+        if (isinstance(op, core.AllocOp) and _known_empty(op.layout.shape, env)
+                and not _has_uses(op, kernel)):
+            assert op.parent is not None
+            op.parent.ops.remove(op)
+            removed.append(op)
+    return removed
