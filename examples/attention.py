@@ -18,6 +18,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     exp,
     f32,
@@ -47,10 +48,10 @@ class AttentionConfig:
 
 def make_attention(cfg: AttentionConfig = AttentionConfig(), scope: str = exec_.AUTOMATIC):
     @tile_kernel("attention")
-    def attention(Q: TensorView[const(f32), "L", "D"],
-                  K: TensorView[const(f32), "S", "D"],
-                  V: TensorView[const(f32), "S", "D"],
-                  O: TensorView[f32, "L", "D"]):
+    def attention(Q: TensorView[const(f32), dims("L", "D")],
+                  K: TensorView[const(f32), dims("S", "D")],
+                  V: TensorView[const(f32), dims("S", "D")],
+                  O: TensorView[f32, dims("L", "D")]):
         gq = axis("block_q", ceil_div(Q.extent(0), cfg.block_q))
         kv = axis("kv_tiles", ceil_div(K.extent(0), cfg.block_kv))
         q = axis("q", cfg.block_q)

@@ -12,6 +12,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     f32,
     parallel,
@@ -30,7 +31,7 @@ class GeluConfig:
 
 def make_gelu(cfg: GeluConfig = GeluConfig(), scope: str = exec_.AUTOMATIC):
     @tile_kernel("gelu")
-    def gelu(X: TensorView[const(f32), "N"], Y: TensorView[f32, "N"]):
+    def gelu(X: TensorView[const(f32), dims("N")], Y: TensorView[f32, dims("N")]):
         gb = axis("blocks", ceil_div(X.extent(0), cfg.block))
         b = axis("b", cfg.block)
         for nest in parallel(shape(gb), scope):

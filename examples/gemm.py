@@ -12,6 +12,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     f32,
     mma,
@@ -32,9 +33,9 @@ class GemmConfig:
 
 def make_gemm(cfg: GemmConfig = GemmConfig(), scope: str = exec_.AUTOMATIC):
     @tile_kernel("gemm")
-    def gemm(A: TensorView[const(f32), "M", "K"],
-             B: TensorView[const(f32), "K", "N"],
-             C: TensorView[f32, "M", "N"]):
+    def gemm(A: TensorView[const(f32), dims("M", "K")],
+             B: TensorView[const(f32), dims("K", "N")],
+             C: TensorView[f32, dims("M", "N")]):
         gm = axis("block_m", ceil_div(A.extent(0), cfg.block_m))
         gn = axis("block_n", ceil_div(B.extent(1), cfg.block_n))
         kt = axis("k_tiles", ceil_div(A.extent(1), cfg.block_k))

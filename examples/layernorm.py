@@ -13,6 +13,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     f32,
     full,
@@ -32,10 +33,10 @@ class LayerNormConfig:
 
 def make_layernorm(cfg: LayerNormConfig = LayerNormConfig(), scope: str = exec_.AUTOMATIC):
     @tile_kernel("layernorm")
-    def layernorm(X: TensorView[const(f32), "M", "N"],
-                  W: TensorView[const(f32), "N"],
-                  Bias: TensorView[const(f32), "N"],
-                  Y: TensorView[f32, "M", "N"]):
+    def layernorm(X: TensorView[const(f32), dims("M", "N")],
+                  W: TensorView[const(f32), dims("N")],
+                  Bias: TensorView[const(f32), dims("N")],
+                  Y: TensorView[f32, dims("M", "N")]):
         gm = axis("block_m", ceil_div(X.extent(0), cfg.block_m))
         m = axis("m", cfg.block_m)
         n = axis("n", X.extent(1))

@@ -17,6 +17,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     f32,
     layout,
@@ -42,9 +43,9 @@ class GemmConfig:
 def make_manual_gemm(cfg: GemmConfig = GemmConfig(), scope: str = exec_.AUTOMATIC,
                      resource=mem.auto_):
     @tile_kernel("manual_gemm")
-    def manual_gemm(A: TensorView[const(f32), "M", "K"],
-                    B: TensorView[const(f32), "K", "N"],
-                    C: TensorView[f32, "M", "N"]):
+    def manual_gemm(A: TensorView[const(f32), dims("M", "K")],
+                    B: TensorView[const(f32), dims("K", "N")],
+                    C: TensorView[f32, dims("M", "N")]):
         gm = axis("block_m", ceil_div(A.extent(0), cfg.block_m))
         gn = axis("block_n", ceil_div(B.extent(1), cfg.block_n))
         kt = axis("k_tiles", ceil_div(A.extent(1), cfg.block_k))

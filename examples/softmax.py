@@ -13,6 +13,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     exec_,
     exp,
     f32,
@@ -31,7 +32,7 @@ class SoftmaxConfig:
 
 def make_softmax(cfg: SoftmaxConfig = SoftmaxConfig(), scope: str = exec_.AUTOMATIC):
     @tile_kernel("softmax")
-    def softmax(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def softmax(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         gm = axis("block_m", ceil_div(X.extent(0), cfg.block_m))
         m = axis("m", cfg.block_m)
         n = axis("n", X.extent(1))

@@ -86,12 +86,12 @@ def _compose(text: str, filename: str) -> yaml.Node:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        loc = SourceLoc(filename, mark.line + 1, mark.column + 1) if mark else SourceLoc(
-            filename, 1)
+        loc = _mark_loc(filename, exc.problem_mark or exc.context_mark)
+        started = _mark_loc(filename, exc.context_mark)
+        notes = ((started, exc.context),) if exc.context and started != loc else ()
         context = f" ({exc.context})" if exc.context else ""
-        raise PlannerError(Diagnostic(f"invalid YAML: {exc.problem}{context}", loc),
-                           kind="catalog") from None
+        raise PlannerError(Diagnostic(f"invalid YAML: {exc.problem}{context}", loc,
+                                      notes=notes), kind="catalog") from None
     except yaml.YAMLError as exc:
         raise PlannerError(Diagnostic(f"invalid YAML: {exc}", SourceLoc(filename, 1)),
                            kind="catalog") from None
@@ -100,6 +100,10 @@ def _compose(text: str, filename: str) -> yaml.Node:
                                       "scopes, resources, access and costs)",
                                       SourceLoc(filename, 1)), kind="catalog")
     return node
+
+
+def _mark_loc(filename: str, mark: yaml.Mark | None) -> SourceLoc:
+    return SourceLoc(filename, mark.line + 1, mark.column + 1) if mark else SourceLoc(filename, 1)
 
 
 def _objects(value: object) -> list[Parsed]:
@@ -239,7 +243,9 @@ class _Checker:
         if res is None or not isinstance(ops, ParsedList) or not isinstance(
                 res["operations"], ParsedList):
             return
-        supported = [op for op in res["operations"].items if op is not INVALID]
+        supported = res["operations"].items
+        if INVALID in supported:
+            return  # its rejected operation is reported; do not guess what it meant
         for i, (op, loc) in enumerate(zip(ops.items, ops.locs, strict=True)):
             if op is not INVALID and op not in supported:
                 listed = ", ".join(o.value for o in supported)

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
 
 
-class Operation(str, Enum):
+class Operation(StrEnum):
     """What an execution scope does to a resource; the fixed vocabulary of ``can_access``."""
 
     READ = "read"
@@ -48,11 +48,8 @@ class Operation(str, Enum):
     ATOMIC = "atomic"
     COPY_ASYNC = "copy_async"  # source or destination of an asynchronous copy engine
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Coherence(str, Enum):
+class Coherence(StrEnum):
     """When a write by one accessor becomes visible to the others (S21)."""
 
     COHERENT = "coherent"  # hardware keeps all accessors coherent (CPU caches)
@@ -61,18 +58,12 @@ class Coherence(str, Enum):
     ASYNC = "async"  # written by asynchronous engines: visible after an explicit wait
     NONE = "none"  # never shared: only the owning instance touches it
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Backend(str, Enum):
+class Backend(StrEnum):
     """Code generators that can run a plan for a target."""
 
     LLVM_CPU = "llvm-cpu"
     METAL = "metal"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Resource classes every catalog may use; a catalog adds others under ``classes:``.
@@ -82,8 +73,12 @@ AUTO = "auto_"
 _AUTO_RANK = {"shared": 0, "private": 1, "cluster": 2, "global": 4}  # custom classes: 3
 
 
-def normalize_class(name: str) -> str:
-    """The catalog spelling of a constraint: ``private_`` → ``private``, ``auto`` → ``auto_``."""
+def normalize_class(name: str | Enum) -> str:
+    """The catalog spelling of a constraint: ``private_`` → ``private``, ``auto`` → ``auto_``.
+
+    An enum member (such as the IR's ``ResourceClass.SHARED``) stands for its value.
+    """
+    name = str(name.value) if isinstance(name, Enum) else name
     if name in (AUTO, "auto"):
         return AUTO
     return name.removesuffix("_")
@@ -222,7 +217,7 @@ class Target:
         """Every class a resource constraint may name on this target."""
         return BUILTIN_CLASSES + tuple(c.name for c in self.classes)
 
-    def resources_for_class(self, cls: str) -> tuple[Resource, ...]:
+    def resources_for_class(self, cls: str | Enum) -> tuple[Resource, ...]:
         """Resources of class ``cls`` (``private_`` is accepted for ``private``), in file order."""
         cls = normalize_class(cls)
         return tuple(r for r in self.resources if r.resource_class == cls)
@@ -262,7 +257,7 @@ class Target:
     def root_scope(self) -> Scope:
         return self.children(None)[0]
 
-    def resolve(self, cls: str, owner_scope: str) -> Resource | None:
+    def resolve(self, cls: str | Enum, owner_scope: str) -> Resource | None:
         """The resource a Memory owned at ``owner_scope`` with constraint ``cls`` lives in.
 
         None when the target has no legal home for it (e.g. Metal group-owned private).

@@ -16,6 +16,7 @@ from planner.errors import PlannerError
 
 COMMAND_MODULES = (
     "planner.cli.ir_cmds",
+    "planner.cli.catalog_cmds",
 )
 
 

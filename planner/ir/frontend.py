@@ -171,7 +171,7 @@ def swizzle(bits: int, base: int, shift: int) -> XorSwizzle:
     return XorSwizzle(bits, base, shift)
 
 
-class mem:  # noqa: N801 - mirrors the C++ namespace ``mem::``
+class mem:
     """Resource-class constraints (S5)."""
 
     private_ = ResourceClass.PRIVATE
@@ -182,7 +182,7 @@ class mem:  # noqa: N801 - mirrors the C++ namespace ``mem::``
     auto_ = ResourceClass.AUTO
 
 
-class exec_:  # noqa: N801 - mirrors ``exec::Scope``
+class exec_:
     AUTOMATIC = "AUTOMATIC"
 
 
@@ -386,7 +386,7 @@ class SubView:
 
 
 class TensorView:
-    """A kernel parameter; annotate as ``TensorView[const(f32), "M", "K"]``."""
+    """A kernel parameter; annotate as ``TensorView[const(f32), dims("M", "K")]``."""
 
     def __init__(self, value: Value) -> None:
         self.value = value
@@ -401,6 +401,8 @@ class TensorView:
 
     def __class_getitem__(cls, item: Any) -> ViewSpec:
         dtype, *dims = item if isinstance(item, tuple) else (item,)
+        if len(dims) == 1 and isinstance(dims[0], tuple):
+            dims = list(dims[0])
         readonly = isinstance(dtype, _Const)
         base = dtype.dtype if isinstance(dtype, _Const) else dtype
         return ViewSpec(base, tuple(as_expr(d) if not isinstance(d, str) else sym(d)
@@ -427,6 +429,14 @@ class TensorView:
         if self.type.readonly:
             raise error(f"cannot store into const view {self.value.name_hint}", _user_loc())
         _emit(core.StoreOp(self.value, tile.value, offsets))
+
+
+def dims(*extents: str | IntLike) -> tuple[Expr, ...]:
+    """The extents of a view parameter: ``TensorView[f32, dims("M", "K")]``.
+
+    A name becomes a kernel symbol bound from the argument's shape.
+    """
+    return tuple(sym(e) if isinstance(e, str) else as_expr(e) for e in extents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,7 +690,7 @@ def tile_kernel(name: str) -> Callable[[Callable[..., None]], Kernel]:
         for pname in sig.parameters:
             spec = hints.get(pname)
             if isinstance(spec, str):
-                spec = eval(spec, fn.__globals__)  # noqa: S307 - user's own annotation
+                spec = eval(spec, fn.__globals__)
             if not isinstance(spec, ViewSpec):
                 raise error(f"parameter {pname!r} of kernel {name!r} must be annotated as "
                             "TensorView[dtype, extents...]", _loc_of(fn))

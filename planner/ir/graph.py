@@ -138,7 +138,7 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
         for op in block.ops:
             tile_results = [r for r in op.results if isinstance(r.type, TileType)]
             if isinstance(op, ParallelOp):
-                walk(op.body, RegionInfo(region.path + (op.label,),
+                walk(op.body, RegionInfo((*region.path, op.label),
                                          region.parallel_extents
                                          + tuple(a.extent for a in op.axes),
                                          region.pipeline, region.loops))
@@ -161,9 +161,9 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
                     add_edge(v, key, op, i)
 
     def loop_region(op: LoopOp, region: RegionInfo) -> None:
-        inner = RegionInfo(region.path + (op.label,), region.parallel_extents,
+        inner = RegionInfo((*region.path, op.label), region.parallel_extents,
                            op if op.kind is LoopKind.PIPELINE else region.pipeline,
-                           region.loops + (op,))
+                           (*region.loops, op))
         carries: list[tuple[int, str]] = []
         for i, (arg, init) in enumerate(zip(op.body.args, op.inits, strict=True)):
             if isinstance(arg.type, TileType):

@@ -135,7 +135,7 @@ class _Verifier:
             self.err(op, "", f"{op.SPEC.name}: result types {list(map(str, actual))} differ "
                              f"from the inferred {list(map(str, expected))}")
 
-    def op_invariants(self, op: Op) -> None:  # noqa: C901 - one case per op kind
+    def op_invariants(self, op: Op) -> None:
         def tile(v: Value, what: str) -> TileType:
             if not isinstance(v.type, TileType):
                 raise TypeError(f"{what} must be a tile, got {v.type}")
@@ -195,9 +195,7 @@ class _Verifier:
         elif isinstance(op, core.IotaOp):
             if not 0 <= op.dim < len(op.shape):
                 self.err(op, "", f"{name}: dim {op.dim} out of range for rank {len(op.shape)}")
-        elif isinstance(op, core.UnaryOp):
-            tile(op.x, "x")
-        elif isinstance(op, core.CastOp):
+        elif isinstance(op, (core.UnaryOp, core.CastOp)):
             tile(op.x, "x")
         elif isinstance(op, core.MemStoreOp):
             mt, t = op.memory.type, tile(op.tile, "stored value")
@@ -205,10 +203,9 @@ class _Verifier:
                 raise TypeError(f"operand must be a memory, got {mt}")
             if (t.dtype, t.shape) != (mt.dtype, mt.shape):
                 self.err(op, "S10", f"{name}: cannot store {t} into {mt}")
-        elif isinstance(op, LoopOp):
-            if op.window < 1 or op.interval < 1:
-                self.err(op, "S18", f"{name}: window {op.window} and interval {op.interval} "
-                                    "must be >= 1")
+        elif isinstance(op, LoopOp) and (op.window < 1 or op.interval < 1):
+            self.err(op, "S18", f"{name}: window {op.window} and interval {op.interval} "
+                                "must be >= 1")
 
     # ------------------------------------------------------------------ 2. scoping
 
@@ -256,7 +253,7 @@ class _Verifier:
             self.initialized[id(op.result)] = True
             return {**current, id(op.memory): op.result}
         if isinstance(op, ParallelOp):
-            self.block(op.body, scopes + [_Scope(symbols={a.index.name for a in op.axes})],
+            self.block(op.body, [*scopes, _Scope(symbols={a.index.name for a in op.axes})],
                        parallel_depth + 1, dict(current))
             return current
         if isinstance(op, LoopOp):
@@ -307,7 +304,7 @@ class _Verifier:
                 inner[id(mem)] = arg
                 carried_mems.append((i, mem))
         symbols = {a.index.name for a in op.axes}
-        after = self.block(body, scopes + [_Scope(symbols=symbols)], parallel_depth, inner)
+        after = self.block(body, [*scopes, _Scope(symbols=symbols)], parallel_depth, inner)
         term = body.ops[-1] if body.ops else None
         if not isinstance(term, core.YieldOp) or len(term.values) != len(args):
             self.err(op, "", f"{op.SPEC.name} {op.label}: the body must end with a yield of "

@@ -565,6 +565,7 @@ def _emit_prepacked(
 # numpy driver
 # --------------------------------------------------------------------------------------
 
+_BARRIER_TIMEOUT_S = 600.0
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _I32 = ctypes.c_int32
@@ -649,6 +650,7 @@ class SgemmKernel:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
+        self._submit_lock = threading.Lock()
 
     # -- pool -------------------------------------------------------------------------
 
@@ -675,8 +677,12 @@ class SgemmKernel:
         if len(tasks) == 1:
             fn(*tasks[0])
             return
-        pool = self._executor(len(tasks) - 1)
-        futures: list[Future[Any]] = [pool.submit(fn, *t) for t in tasks[1:]]
+        # Tasks of one call may wait for each other (a barrier), so they are submitted
+        # atomically to a FIFO pool with at least len(tasks) - 1 workers: all of them
+        # are started before any task of a later call.
+        with self._submit_lock:
+            pool = self._executor(len(tasks) - 1)
+            futures: list[Future[Any]] = [pool.submit(fn, *t) for t in tasks[1:]]
         try:
             fn(*tasks[0])
         finally:
@@ -738,30 +744,35 @@ class SgemmKernel:
         bp = _aligned_empty(k * npad)
         pa, pb, pc, pbp = _ptr(a), _ptr(b), _ptr(c), _ptr(bp)
 
-        # Phase 1: pack all of B once, threads splitting the NR-slivers.
-        pack_tasks = [(j0, j1) for j0, j1 in _split(n, threads, nr)]
-
-        def pack(j0: int, j1: int) -> None:
-            self._pack_b(k, j1 - j0, pb + 4 * j0, ldb, pbp, npad, j0 // nr)
-
-        self._run_parallel(pack_tasks, pack)
-
-        # Phase 2: bands of rows of C (columns when M is too short to split).
+        # Each task packs its share of B's NR-slivers, waits until all of B is packed
+        # (one barrier), then computes a band of rows of C (columns when M is too short
+        # to split) against the shared packed B with its own packed-A buffer.
+        packs = _split(n, threads, nr)
         if m >= threads * cfg.mr or m >= n:
             bands = [(i0, i1, 0, n) for i0, i1 in _split(m, threads, cfg.mr)]
         else:
             bands = [(0, m, j0, j1) for j0, j1 in _split(n, threads, nr)]
-        abufs = [_aligned_empty(cfg.a_buffer_floats) for _ in bands]
+        ntask = max(len(packs), len(bands))
+        abufs = [_aligned_empty(cfg.a_buffer_floats) for _ in range(ntask)]
+        barrier = threading.Barrier(ntask, timeout=_BARRIER_TIMEOUT_S)
 
-        def compute(i0: int, i1: int, j0: int, j1: int, abuf: np.ndarray) -> None:
-            self._prepacked(
-                i1 - i0, j1 - j0, k, pa + 4 * i0 * lda, lda, pbp, npad, j0 // nr,
-                pc + 4 * (i0 * ldc + j0), ldc, acc, _ptr(abuf),
-            )
+        def task(t: int) -> None:
+            try:
+                if t < len(packs):
+                    j0, j1 = packs[t]
+                    self._pack_b(k, j1 - j0, pb + 4 * j0, ldb, pbp, npad, j0 // nr)
+                barrier.wait()
+                if t < len(bands):
+                    i0, i1, j0, j1 = bands[t]
+                    self._prepacked(
+                        i1 - i0, j1 - j0, k, pa + 4 * i0 * lda, lda, pbp, npad, j0 // nr,
+                        pc + 4 * (i0 * ldc + j0), ldc, acc, _ptr(abufs[t]),
+                    )
+            except BaseException:
+                barrier.abort()
+                raise
 
-        self._run_parallel(
-            [(*band, buf) for band, buf in zip(bands, abufs, strict=True)], compute
-        )
+        self._run_parallel([(t,) for t in range(ntask)], task)
         del bp, abufs  # buffers must outlive the calls above
 
 

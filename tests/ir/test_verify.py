@@ -14,6 +14,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     f32,
     layout,
     mem,
@@ -51,7 +52,7 @@ def copy_kernel(shape_m=8):
     n = axis("n", 4)
 
     @tile_kernel("copy")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", ceil_div(X.extent(0), shape_m))
         for nest in parallel(shape(g)):
             r0 = nest.index(g) * shape_m
@@ -68,7 +69,7 @@ def test_valid_kernel_passes():
 
 def test_s10_read_before_definite_store():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 4)
         for _nest in parallel(shape(g)):
             buf = memory[f32](shape(4, 4))
@@ -82,7 +83,7 @@ def test_s10_read_before_definite_store():
 
 def test_s10_init_only_inside_loop_that_may_run_zero_times():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 4)
         kt = axis("k_tiles", ceil_div(X.extent(1), 4))
         for _nest in parallel(shape(g)):
@@ -100,7 +101,7 @@ def test_s10_init_only_inside_loop_that_may_run_zero_times():
 
 def test_loop_with_known_positive_trip_count_initializes():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 4)
         kt = axis("k_tiles", 3)
         for _nest in parallel(shape(g)):
@@ -116,7 +117,7 @@ def test_loop_with_known_positive_trip_count_initializes():
 
 def _two_stores_kernel():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         for _nest in parallel(shape(g)):
             a = memory[f32](shape(4, 4))
@@ -156,7 +157,7 @@ def test_s15_swapping_same_typed_states_between_memories():
 
 def test_s15_dominance_violation():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         t = axis("t", 3)
         for _nest in parallel(shape(g)):
@@ -172,7 +173,7 @@ def test_s15_dominance_violation():
 
 def test_s16_ancestor_write_in_child_parallel_rejected_read_accepted():
     @tile_kernel("k")
-    def writes(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def writes(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         w = axis("w", 4)
         for _nest in parallel(shape(g)):
@@ -187,7 +188,7 @@ def test_s16_ancestor_write_in_child_parallel_rejected_read_accepted():
     assert d.loc.line == line_of("child-write")
 
     @tile_kernel("k")
-    def reads(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def reads(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         w = axis("w", 4)
         for _nest in parallel(shape(g)):
@@ -205,7 +206,7 @@ def test_s16_ancestor_write_in_child_parallel_rejected_read_accepted():
 ])
 def test_s13_non_injective_layout_rejected(strides, expect):
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         m, n = axis("m", 4), axis("n", 4)
         for _nest in parallel(shape(g)):
@@ -220,7 +221,7 @@ def test_s13_non_injective_layout_rejected(strides, expect):
 
 def test_s14_zero_sized_allocation_with_uses_rejected_and_unused_removed():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         for _nest in parallel(shape(g)):
             unused = memory[f32](shape(0, 1 << 62), mem.shared)  # noqa: F841
@@ -238,7 +239,7 @@ def test_s14_zero_sized_allocation_with_uses_rejected_and_unused_removed():
 
 def test_s14_signed_64_bit_byte_addressing_overflow():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         g = axis("g", 2)
         for _nest in parallel(shape(g)):
             huge = memory[f32](shape(1 << 31, 1 << 31))  # huge
@@ -252,7 +253,7 @@ def test_s14_signed_64_bit_byte_addressing_overflow():
 
 def test_s5_resource_the_owner_cannot_have():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         buf = memory[f32](shape(4, 4), mem.shared)  # root-shared
         buf.store(X[coord(0, 0), shape(4, 4)])
         Y(coord(0, 0), shape(4, 4)).store(buf.load())
@@ -264,7 +265,7 @@ def test_s5_resource_the_owner_cannot_have():
 
 def test_all_errors_are_collected_before_raising():
     @tile_kernel("k")
-    def kernel(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def kernel(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]):
         buf = memory[f32](layout(shape(4, 4), stride(0, 1)), mem.private_)
         Y(coord(0, 0), shape(4, 4)).store(buf.load())
 

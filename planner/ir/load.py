@@ -1,0 +1,78 @@
+"""Load a kernel named on the command line: an example ``.py``, text IR or JSON IR.
+
+Python examples are executed (they are the user's own code); text and JSON IR are
+only parsed.  The HTTP service never calls :func:`load_kernel` on submitted data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import SourceLoc, error
+from planner.ir.core import Kernel
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    kernel: Kernel
+    source: str
+    bindings: Mapping[str, int] = field(default_factory=dict)
+    reference: Callable[..., dict[str, np.ndarray]] | None = None
+
+
+def _example_path(spec: str) -> Path | None:
+    from planner.ir.examples import builtin_examples_dir
+
+    candidate = builtin_examples_dir() / f"{spec}.py"
+    return candidate if candidate.is_file() else None
+
+
+def load_kernel(spec: str) -> LoadedKernel:
+    """``spec`` is a file path (.py, .json, anything else is text IR) or an example name."""
+    path = Path(spec)
+    if not path.exists():
+        example = _example_path(spec)
+        if example is None:
+            raise error(f"no such kernel file or built-in example: {spec!r}",
+                        SourceLoc(spec, 0), kind="not-found")
+        path = example
+    if path.suffix == ".py":
+        from planner.ir.examples import load_example
+
+        ex = load_example(path)
+        return LoadedKernel(ex.kernel, str(path), dict(ex.bindings), ex.reference)
+    text = path.read_text()
+    if path.suffix == ".json":
+        from planner.ir.json_form import kernel_from_json
+
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"invalid JSON: {exc.msg}", SourceLoc(str(path), exc.lineno, exc.colno),
+                        kind="parse") from None
+        bindings = obj.get("bindings", {}) if isinstance(obj, dict) else {}
+        kernel_obj = obj.get("kernel", obj) if isinstance(obj, dict) else obj
+        return LoadedKernel(kernel_from_json(kernel_obj), str(path), dict(bindings))
+    from planner.ir.parser import parse_kernel
+
+    return LoadedKernel(parse_kernel(text, str(path)), str(path))
+
+
+def parse_bindings(items: list[str] | None) -> dict[str, int]:
+    """``["M=100", "N=7"]`` → ``{"M": 100, "N": 7}``."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise error(f"--bind expects NAME=VALUE, got {item!r}", kind="usage")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise error(f"--bind {name.strip()}: {value!r} is not an integer",
+                        kind="usage") from None
+    return out

@@ -1,0 +1,120 @@
+"""The MaterializationPlan: what the planner decided, why, and what it costs (S3).
+
+A plan assigns every live Tile edge of the dataflow graph (``planner.ir.graph``)
+exactly one :class:`Decision`.  A materialized edge also names its resource (a
+catalog resource name), layout, version count, lifetime and synchronization.
+Costs are integer units of estimated time (nanoseconds by default, from the
+catalog's figures), broken down per edge and per term so that two plans can be
+diffed and a decision explained.  Plans are frozen values: the same kernel,
+catalog, bindings and policy give the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Decision(StrEnum):
+    VIRTUAL = "virtual"  # stays in SSA/registers between producer and consumer
+    FUSED = "fused"  # producer computed inline in the consumer's loop, no storage
+    RECOMPUTED = "recomputed"  # consumer re-executes the producer (and what it needs)
+    MATERIALIZED = "materialized"  # stored in a resource buffer, read back by the consumer
+
+
+class Policy(StrEnum):
+    DEFAULT = "default"  # preserve every pure multi-consumer Tile definition (S4)
+    EXPENSIVE_ONLY = "expensive-only"  # preserve exp/log/sqrt/tanh; recompute cheap ones
+
+
+class Baseline(StrEnum):
+    ALL_MATERIALIZE = "all-materialize"
+    GREEDY_FUSION = "greedy-fusion"
+    ALL_VIRTUAL = "all-virtual"
+
+
+class Status(StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"  # a solution with a gap (time limit)
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutChoice:
+    """A storage layout for a materialized edge: dense, padded rows or XOR-swizzled."""
+
+    kind: str  # "dense" | "padded" | "swizzled"
+    pad: int = 0  # extra elements per row for "padded"
+    swizzle: tuple[int, int, int] | None = None  # (bits, base, shift) for "swizzled"
+
+    def __str__(self) -> str:
+        if self.kind == "padded":
+            return f"padded +{self.pad}"
+        if self.kind == "swizzled" and self.swizzle:
+            return "swizzled xor({}, {}, {})".format(*self.swizzle)
+        return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePlan:
+    """The decision for one def→use edge, its parameters and its cost terms."""
+
+    edge_id: str  # stable: "<producer name> -> <consumer name>#<operand>"
+    producer: str
+    consumer: str
+    value: str  # printed name of the Tile value
+    bytes: int
+    decision: Decision
+    resource: str | None = None
+    layout: LayoutChoice | None = None
+    versions: int = 1
+    sync: str | None = None  # the catalog sync rule that orders write -> read
+    lifetime: tuple[int, int] = (0, 0)  # program points [def, last use]
+    stage_distance: int = 0
+    cost: dict[str, int] = field(default_factory=dict)  # term -> units
+    reason: str = ""  # one line: why this choice (binding constraint or cheapest)
+
+    @property
+    def total_cost(self) -> int:
+        return sum(self.cost.values())
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePeak:
+    resource: str
+    capacity: int | None  # bytes per instance; None when unbounded
+    peak_bytes: int
+    at_point: int  # program point of the peak
+    holders: tuple[tuple[str, int], ...]  # (what, bytes) held at the peak
+
+
+@dataclass(frozen=True, slots=True)
+class ProofSummary:
+    name: str  # e.g. "can_access", "factorization", "capacity", "injectivity", "int64"
+    status: str  # "proved" | "refuted" | "unknown" | "skipped"
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializationPlan:
+    kernel: str
+    target: str
+    policy: Policy
+    baseline: Baseline | None
+    bindings: tuple[tuple[str, int], ...]
+    edges: tuple[EdgePlan, ...]
+    peaks: tuple[ResourcePeak, ...]
+    objective: int
+    breakdown: dict[str, int]  # "compute", "traffic", "barriers", "bank_conflicts", ...
+    status: Status
+    gap: float = 0.0
+    solve_time_s: float = 0.0
+    proofs: tuple[ProofSummary, ...] = ()
+    explanation: tuple[str, ...] = ()  # for infeasible plans: the violated groups, numbers
+    content_hash: str = ""  # of kernel text, catalog, bindings, policy, baseline
+
+    def edge(self, edge_id: str) -> EdgePlan:
+        for e in self.edges:
+            if e.edge_id == edge_id:
+                return e
+        raise KeyError(edge_id)
