@@ -180,7 +180,7 @@ def test_s11_xor_swizzled_layout():
 def test_s11_padded_and_swizzled_layout():
     x, storage = memory_roundtrip(
         lambda r, c: layout(shape(r, c), stride(9, 1), swizzle(2, 0, 3)), 4, 8)
-    assert storage.size == 64  # span 36 rounded up to the 32-element swizzle block
+    assert storage.size == 64  # span 35 rounded up to the 32-element swizzle block
     written = np.zeros(storage.size, bool)
     for r in range(4):
         for c in range(8):
@@ -306,7 +306,7 @@ def test_s15_stale_state_and_swapped_states_are_errors():
     s1 = core.MemStoreOp(a.memory, a.initial_state, t.result)
     s2 = core.MemStoreOp(a.memory, s1.result, t.result)
     stale = core.MemLoadOp(a.memory, s1.result, loc=SourceLoc("k.py", 9))
-    kernel = core_kernel([x_op for x_op in (a, t, s1, s2, stale)], [x, y])
+    kernel = core_kernel([a, t, s1, s2, stale], [x, y])
     arrays = {"X": np.ones(2, np.float32), "Y": np.zeros(2, np.float32)}
     with pytest.raises(PlannerError, match=r"k.py:9: error \[S15\]: memory.load: stale state"):
         interpret(kernel, arrays)
@@ -327,8 +327,7 @@ def test_zero_trip_loop_returns_inits():
         s = memory[f32](shape(c))
         s.store(full(shape(c), 5.0))
         for step in serial(shape(axis("t", X.extent(0)))):
-            acc = acc + X[coord(step.index(), 0), shape(1, c)].__class__(
-                reduce_sum(X[coord(step.index(), 0), shape(1, c)], axis=0).value)
+            acc = acc + reduce_sum(X[coord(step.index(), 0), shape(1, c)], axis=0)
             s.store(acc)
         Y(coord(0), shape(c)).store(acc)
         Z(coord(0), shape(c)).store(s.load())
@@ -511,8 +510,8 @@ def test_bind_symbols_checks_compound_extents():
         Y(coord(0), shape(1)).store(X[coord(0), shape(1)])
 
     assert bind_symbols(doubled, {"X": np.zeros(6), "Y": np.zeros(3)}) == {"H": 3}
-    with pytest.raises(PlannerError, match=r"view 'X' dim 0 \(2 \* H\|H \* 2\)".replace(
-            r"\(2 \* H\|H \* 2\)", r"\((2 \* H|H \* 2)\)") + " has extent 5, but"):
+    with pytest.raises(PlannerError, match=r"view 'X' dim 0 \(2 \* H\) has extent 5, but "
+                                           r"2 \* H = 6"):
         bind_symbols(doubled, {"X": np.zeros(5), "Y": np.zeros(3)})
 
     @tile_kernel("only_compound")
