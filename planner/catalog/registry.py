@@ -14,6 +14,7 @@ unchanged, or, when they changed, while its content hash is.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -24,7 +25,7 @@ from typing import NamedTuple
 
 from planner.catalog.loader import load_target_source, read_catalog_text
 from planner.catalog.model import Target
-from planner.catalog.spec import TARGET_NAME, did_you_mean
+from planner.catalog.spec import TARGET_NAME
 from planner.errors import Diagnostic, PlannerError, SourceLoc
 
 #: The target used when none is named.
@@ -97,9 +98,10 @@ class CatalogRegistry:
             if candidate.is_file():
                 return candidate
         known = self.names()
-        raise PlannerError(Diagnostic(f"unknown target {name!r}{did_you_mean(name, known)}; "
-                                      f"known targets: {', '.join(known)}"),
-                           kind="unknown-target")
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise PlannerError(Diagnostic(f"unknown target {name!r}{hint}; known targets: "
+                                      f"{', '.join(known)}"), kind="unknown-target")
 
     def get(self, name: str) -> Target:
         """The validated target ``name`` (cached while its file is unchanged)."""

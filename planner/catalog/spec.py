@@ -203,7 +203,7 @@ class ByteSize(ValueType):
         if value is INVALID:
             return INVALID
         try:
-            size = parse_byte_size(value)  # type: ignore[arg-type]
+            size = parse_byte_size(value)
         except ByteSizeError as exc:
             ctx.error(node, path, str(exc))
             return INVALID

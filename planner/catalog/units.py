@@ -32,8 +32,8 @@ class ByteSizeError(ValueError):
     """A value that is not a byte size; ``str(exc)`` says what to write instead."""
 
 
-def parse_byte_size(value: int | str | None) -> int | None:
-    """Bytes denoted by ``value``; ``None`` for ``"unbounded"``/``None``."""
+def parse_byte_size(value: object) -> int | None:
+    """Bytes denoted by ``value`` (an int or a string); ``None`` for ``"unbounded"``/``None``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):

@@ -21,6 +21,7 @@ from planner.catalog import (
     format_byte_size,
     load_target_file,
 )
+from planner.cli.common import add_catalog_dir_arg
 from planner.errors import PlannerError
 
 # One letter per operation for the access table.
@@ -35,9 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     def command(name: str, help_text: str, func: object) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
-        cmd.add_argument("--catalog-dir", action="append", default=[], metavar="DIR",
-                         help="extra catalog directory, searched before the built-in one "
-                              "(repeatable)")
+        add_catalog_dir_arg(cmd)
         cmd.set_defaults(func=func)
         return cmd
 

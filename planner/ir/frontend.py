@@ -164,11 +164,17 @@ def _extents(s: Shape | Sequence[IntLike]) -> tuple[Expr, ...]:
 
 def layout(s: Shape, strides: Sequence[IntLike], *swizzles: XorSwizzle) -> Layout:
     """``layout(shape(m, k), stride(block_k + 1, 1))``: an explicit local address map."""
-    return strided(_extents(s), strides, swizzles)
+    try:
+        return strided(_extents(s), strides, swizzles)
+    except ValueError as exc:
+        raise error(str(exc), _user_loc(), rule="S11") from None
 
 
 def swizzle(bits: int, base: int, shift: int) -> XorSwizzle:
-    return XorSwizzle(bits, base, shift)
+    try:
+        return XorSwizzle(bits, base, shift)
+    except ValueError as exc:
+        raise error(str(exc), _user_loc(), rule="S11") from None
 
 
 class mem:

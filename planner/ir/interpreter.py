@@ -112,8 +112,6 @@ def _check_binding(name: str, value: object) -> int:
                     kind=_INPUT)
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise error(f"binding {name} = {value!r} is not an integer", kind=_INPUT)
-    if value < 0:
-        raise error(f"binding {name} = {value} is negative", kind=_INPUT)
     return int(value)
 
 
@@ -423,7 +421,10 @@ class Interpreter:
         win = self._window(op, view, shp)
         if win is not None and all(s.stop - s.start == n for s, n in zip(win[1], shp,
                                                                             strict=True)):
-            self.vals[op.result] = view[win[0]].copy()
+            # Tiles are never mutated in place, so a window of a const view (never written)
+            # can be shared; a writable view's window is copied before later stores.
+            tile = view[win[0]]
+            self.vals[op.result] = tile if op.view.type.readonly else tile.copy()
             return
         out = np.full(shp, _convert(op.fill, view.dtype, op, "fill"), view.dtype)
         if win is not None:

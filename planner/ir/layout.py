@@ -66,6 +66,10 @@ class Layout:
         if len(self.shape) != len(self.strides):
             raise ValueError(f"layout rank mismatch: shape has {len(self.shape)} extents, "
                              f"stride has {len(self.strides)}")
+        for i, s in enumerate(self.strides):
+            if isinstance(s, Const) and s.value < 0:
+                raise ValueError(f"layout stride {i} is {s.value}: strides must be >= 0 "
+                                 "(reorder dimensions with a transpose instead)")
 
     @property
     def rank(self) -> int:

@@ -7,7 +7,7 @@ only parsed.  The HTTP service never calls :func:`load_kernel` on submitted data
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.errors import SourceLoc, error
 from planner.ir.core import Kernel
+from planner.ir.examples import Example
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,11 @@ class LoadedKernel:
     kernel: Kernel
     source: str
     bindings: Mapping[str, int] = field(default_factory=dict)
-    reference: Callable[..., dict[str, np.ndarray]] | None = None
+    example: Example | None = None
+
+    def expected(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The example's independent reference outputs, or None without an example."""
+        return self.example.expected(arrays) if self.example is not None else None
 
 
 def _example_path(spec: str) -> Path | None:
@@ -45,7 +50,7 @@ def load_kernel(spec: str) -> LoadedKernel:
         from planner.ir.examples import load_example
 
         ex = load_example(path)
-        return LoadedKernel(ex.kernel, str(path), dict(ex.bindings), ex.reference)
+        return LoadedKernel(ex.kernel, str(path), dict(ex.bindings), ex)
     text = path.read_text()
     if path.suffix == ".json":
         from planner.ir.json_form import kernel_from_json

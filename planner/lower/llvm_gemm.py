@@ -66,7 +66,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -589,6 +589,8 @@ def _check_operand(x: Any, what: str) -> np.ndarray:
         raise ValueError(f"sgemm: {what} must have dtype float32, got {x.dtype}")
     if x.ndim != 2:
         raise ValueError(f"sgemm: {what} must be 2-D, got shape {x.shape}")
+    if x.size == 0:  # never dereferenced; numpy may give such arrays any strides
+        return x
     if x.shape[1] > 1 and x.strides[1] != 4:
         raise ValueError(
             f"sgemm: {what} must have unit inner stride (row-major rows), got strides "
@@ -686,8 +688,9 @@ class SgemmKernel:
         try:
             fn(*tasks[0])
         finally:
-            for f in futures:
-                f.result()
+            wait(futures)  # never leave a task running on buffers we are about to free
+        for f in futures:
+            f.result()  # re-raise a worker's exception
 
     # -- entry point ------------------------------------------------------------------
 
@@ -772,8 +775,9 @@ class SgemmKernel:
                 barrier.abort()
                 raise
 
+        # _run_parallel returns only after every task finished, so bp and abufs (kept
+        # alive by this frame and the closure) outlive all uses of their addresses.
         self._run_parallel([(t,) for t in range(ntask)], task)
-        del bp, abufs  # buffers must outlive the calls above
 
 
 _default_kernel_state: dict[str, SgemmKernel] = {}

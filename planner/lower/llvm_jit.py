@@ -41,9 +41,9 @@ __all__ = [
     "JitModule",
     "TargetSpec",
     "compile_module",
+    "declare_intrinsic",
     "default_jit_cache",
     "ensure_llvm_initialized",
-    "declare_intrinsic",
     "host_target",
     "intrinsic_suffix",
 ]
@@ -172,7 +172,9 @@ class CompiledModule:
                 self._addresses[name] = addr
         return addr
 
-    def ctypes_function(self, name: str, restype: Any, argtypes: list[Any] | tuple[Any, ...]) -> Any:
+    def ctypes_function(
+        self, name: str, restype: Any, argtypes: list[Any] | tuple[Any, ...]
+    ) -> Any:
         """A ``ctypes.CFUNCTYPE`` wrapper for ``name``; calls release the GIL.
 
         The wrapper holds a reference to this module so the machine code outlives it.

@@ -1,0 +1,248 @@
+"""Tests for planner.lower.llvm_gemm: packed sgemm vs numpy, edges, strides, threads."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import replace
+
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+from planner.lower.llvm_gemm import GemmConfig, SgemmKernel, emit_gemm_f32, sgemm
+from planner.lower.llvm_jit import JitCache, compile_module, host_target
+
+SHAPES = [  # (M, N, K)
+    (1, 1, 1),
+    (0, 5, 3),
+    (5, 0, 3),
+    (5, 3, 0),
+    (7, 13, 17),
+    (100, 70, 37),
+    (131, 67, 259),
+    (6, 16, 256),  # exactly one AVX2 micro-tile and one KC block
+    (8, 32, 385),  # one AVX-512 tile, KC edge of 1
+    (200, 5, 600),  # N narrower than one sliver, several KC blocks
+    (3, 300, 50),  # M shorter than one tile: the threaded path splits columns
+]
+
+CACHE = JitCache()
+
+
+@pytest.fixture(scope="module", params=["avx2", "host"])
+def kernel(request: pytest.FixtureRequest) -> SgemmKernel:
+    """The AVX2 6×16 kernel (the project's machine kind) and the host's default one."""
+    cfg = GemmConfig.avx2() if request.param == "avx2" else None
+    k = SgemmKernel(CACHE, config=cfg)
+    k.min_parallel_flops = 0  # exercise the threaded path even on tiny shapes
+    yield k
+    k.close()
+
+
+def _rand(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def _check(c: np.ndarray, a: np.ndarray, b: np.ndarray, c0: np.ndarray | None = None) -> None:
+    """|C - ref| ≤ 2·(K+2)·eps32·(|A|@|B| + |C0|) with the reference in float64."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    scale = np.abs(a64) @ np.abs(b64)
+    if c0 is not None:
+        ref += c0
+        scale += np.abs(c0)
+    k = a.shape[1]
+    tol = 2 * (k + 2) * np.finfo(np.float32).eps * scale + 1e-30
+    err = np.abs(c.astype(np.float64) - ref)
+    assert np.all(err <= tol), f"max err {err.max()} (tol {tol.max()})"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_numpy(kernel: SgemmKernel, shape: tuple[int, int, int]) -> None:
+    m, n, k = shape
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = _rand(rng, (m, k)), _rand(rng, (k, n))
+    c = kernel.sgemm(a, b)
+    assert c.shape == (m, n) and c.dtype == np.float32
+    _check(c, a, b)
+    # a NaN-filled output is fully overwritten (also for K == 0: zeros)
+    out = np.full((m, n), np.nan, dtype=np.float32)
+    assert kernel.sgemm(a, b, out) is out
+    np.testing.assert_array_equal(out, c)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_accumulate(kernel: SgemmKernel, shape: tuple[int, int, int]) -> None:
+    m, n, k = shape
+    rng = np.random.default_rng(7 + m + n + k)
+    a, b = _rand(rng, (m, k)), _rand(rng, (k, n))
+    c0 = _rand(rng, (m, n))
+    c = c0.copy()
+    kernel.sgemm(a, b, c, accumulate=True)
+    _check(c, a, b, c0.astype(np.float64))
+    if k == 0:
+        np.testing.assert_array_equal(c, c0)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_two_threads_bitwise_equal_one(
+    kernel: SgemmKernel, shape: tuple[int, int, int], accumulate: bool
+) -> None:
+    m, n, k = shape
+    rng = np.random.default_rng(99 + m * n + k)
+    a, b = _rand(rng, (m, k)), _rand(rng, (k, n))
+    c0 = _rand(rng, (m, n))
+    c1, c2, c3 = c0.copy(), c0.copy(), c0.copy()
+    kernel.sgemm(a, b, c1, threads=1, accumulate=accumulate)
+    kernel.sgemm(a, b, c2, threads=2, accumulate=accumulate)
+    kernel.sgemm(a, b, c3, threads=3, accumulate=accumulate)
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_array_equal(c1, c3)
+
+
+def test_larger_threaded(kernel: SgemmKernel) -> None:
+    rng = np.random.default_rng(3)
+    a, b = _rand(rng, (517, 301)), _rand(rng, (301, 611))
+    c1 = kernel.sgemm(a, b)
+    c2 = kernel.sgemm(a, b, threads=2)
+    np.testing.assert_array_equal(c1, c2)
+    _check(c2, a, b)
+
+
+def test_strided_views(kernel: SgemmKernel) -> None:
+    """Row strides larger than the row length, offsets, a reversed A and a C view inside
+    a bigger buffer whose surroundings must stay untouched."""
+    rng = np.random.default_rng(11)
+    m, n, k = 37, 45, 29
+    big_a = _rand(rng, (2 * m + 3, k + 9))
+    big_b = _rand(rng, (k + 4, n + 17))
+    a = big_a[3 : 3 + 2 * m : 2, 5 : 5 + k]  # every other row, column offset
+    b = big_b[2 : 2 + k, 7 : 7 + n]
+    a_rev = big_a[m - 1 :: -1, :k]  # negative row stride
+    for aa in (a, a_rev):
+        buf = np.full((m + 4, n + 10), -7.0, dtype=np.float32)
+        c = buf[2 : 2 + m, 3 : 3 + n]
+        for threads in (1, 2):
+            kernel.sgemm(aa, b, c, threads=threads)
+            _check(c, aa, b)
+            mask = np.ones(buf.shape, bool)
+            mask[2 : 2 + m, 3 : 3 + n] = False
+            assert np.all(buf[mask] == -7.0)
+
+
+def test_zero_sizes_touch_no_memory() -> None:
+    """The raw entry points never dereference anything when M or N is 0 (null pointers)."""
+    mod = ir.Module()
+    emit_gemm_f32(mod, "zgemm", config=GemmConfig.avx2())
+    cm = compile_module(mod, cache=CACHE)
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    f = cm.ctypes_function("zgemm", None, [i64, i64, i64, p, i64, p, i64, p, i64, ctypes.c_int32])
+    for m, n, k in [(0, 5, 3), (5, 0, 3), (0, 0, 0), (0, 4, 0)]:
+        f(m, n, k, None, 3, None, 5, None, 5, 0)
+        f(m, n, k, None, 3, None, 5, None, 5, 1)
+    # K == 0 with accumulate == 0 zero-fills C (respecting ldc), and leaves it otherwise.
+    c = np.full((3, 8), 5.0, dtype=np.float32)
+    f(3, 4, 0, None, 1, None, 1, c.ctypes.data, 8, 1)
+    assert np.all(c == 5.0)
+    f(3, 4, 0, None, 1, None, 1, c.ctypes.data, 8, 0)
+    assert np.all(c[:, :4] == 0.0) and np.all(c[:, 4:] == 5.0)
+
+
+def test_concurrent_calls_on_disjoint_outputs(kernel: SgemmKernel) -> None:
+    rng = np.random.default_rng(5)
+    a, b = _rand(rng, (160, 90)), _rand(rng, (90, 130))
+    c = np.zeros((160, 130), dtype=np.float32)
+    errors: list[BaseException] = []
+
+    def work(lo: int, hi: int, threads: int) -> None:
+        try:
+            for _ in range(5):
+                kernel.sgemm(a[lo:hi], b, c[lo:hi], threads=threads)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [
+        threading.Thread(target=work, args=(0, 40, 1)),
+        threading.Thread(target=work, args=(40, 100, 2)),
+        threading.Thread(target=work, args=(100, 160, 2)),
+    ]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    _check(c, a, b)
+
+
+def test_module_level_sgemm() -> None:
+    rng = np.random.default_rng(1)
+    a, b = _rand(rng, (33, 20)), _rand(rng, (20, 19))
+    _check(sgemm(a, b), a, b)
+    _check(sgemm(a, b, threads=2), a, b)
+
+
+def test_avx2_kernel_uses_ymm_fma() -> None:
+    spec = host_target()
+    if not (spec.has_feature("avx2") and spec.has_feature("fma")):
+        pytest.skip("host has no AVX2+FMA")
+    # Compile for an AVX2-only view of the host: the Zen 3 code path.
+    feats = ",".join(
+        f"-{f[1:]}" if f.startswith("+avx512") else f for f in spec.features.split(",")
+    )
+    k = SgemmKernel(CACHE, config=GemmConfig.avx2(), target=replace(spec, features=feats))
+    asm = k.compiled.asm
+    assert "vfmadd231ps" in asm and "ymm" in asm and "zmm" not in asm
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, (50, 40)), _rand(rng, (40, 70))
+    _check(k.sgemm(a, b, threads=2), a, b)
+    k.close()
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "c", "kwargs", "match"),
+    [
+        (np.ones((2, 3)), np.ones((3, 4), np.float32), None, {}, "dtype float32"),
+        (np.ones((2, 3), np.float32), np.ones((3, 4), np.int32), None, {}, "dtype float32"),
+        (np.ones(3, np.float32), np.ones((3, 4), np.float32), None, {}, "2-D"),
+        (np.ones((2, 3), np.float32), np.ones((4, 4), np.float32), None, {}, "not aligned"),
+        (np.ones((2, 6), np.float32)[:, ::2], np.ones((3, 4), np.float32), None, {},
+         "unit inner stride"),
+        (np.ones((2, 3), np.float32), np.ones((3, 4), np.float32),
+         np.ones((2, 5), np.float32), {}, "expected"),
+        (np.ones((2, 3), np.float32), np.ones((3, 4), np.float32),
+         np.ones((2, 4)), {}, "dtype float32"),
+        (np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), None,
+         {"accumulate": True}, "needs an output"),
+        (np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), None,
+         {"threads": 0}, "threads"),
+        ([[1.0]], np.ones((1, 1), np.float32), None, {}, "numpy.ndarray"),
+    ],
+)
+def test_bad_arguments(
+    kernel: SgemmKernel, a: object, b: object, c: object, kwargs: dict, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        kernel.sgemm(a, b, c, **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_output(kernel: SgemmKernel) -> None:
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        kernel.sgemm(a, a, a)
+    ro = np.zeros((4, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        kernel.sgemm(a, a, ro)
+    bcast = np.broadcast_to(np.zeros((1, 4), np.float32), (4, 4))
+    with pytest.raises(ValueError):
+        kernel.sgemm(a, a, bcast)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        GemmConfig(mr=6, nr=12, vw=8)
+    with pytest.raises(ValueError):
+        GemmConfig(mr=6, nr=16, vw=8, mc=100)
+    assert GemmConfig.for_target(host_target()) in (GemmConfig.avx2(), GemmConfig.avx512())
