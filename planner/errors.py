@@ -44,7 +44,8 @@ class Diagnostic:
 
     def render(self) -> str:
         rule = f" [{self.rule}]" if self.rule else ""
-        lines = [f"{self.loc}: {self.severity.value}{rule}: {self.message}"]
+        where = "" if self.loc == UNKNOWN_LOC else f"{self.loc}: "
+        lines = [f"{where}{self.severity.value}{rule}: {self.message}"]
         lines += [f"{loc}: note: {text}" for loc, text in self.notes]
         return "\n".join(lines)
 

@@ -69,7 +69,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from planner.catalog import CatalogRegistry
 
-    target = CatalogRegistry(args.catalog_dir).get(args.target)
+    target = CatalogRegistry.from_environment(args.catalog_dir).get(args.target)
     report = prove_kernel(loaded.kernel, target, bindings or None,
                           time_limit_ms=args.time_limit_ms)
     for r in report.results:

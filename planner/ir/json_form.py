@@ -40,7 +40,7 @@ from planner.ir.core import OP_CLASSES, OPS_BY_NAME, Axis, Block, Kernel, Op, Va
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, ExprSyntaxError, const, parse_expr
 from planner.ir.layout import Layout, XorSwizzle
-from planner.ir.printer import AttrField, AttrKind, ValueNamer, attr_fields
+from planner.ir.printer import AttrField, AttrKind, ValueNamer, attr_fields, display_path
 from planner.ir.types import IRType, MemoryType, StateType, TileType, ViewType
 
 FORMAT = "planner.tile-ir"
@@ -58,9 +58,12 @@ Json = Any
 # --------------------------------------------------------------------------- encoding
 
 
-def kernel_to_json(kernel: Kernel) -> dict[str, Json]:
-    """The JSON form of ``kernel`` (strict JSON: no NaN or Infinity literals)."""
-    return _Writer().kernel(kernel)
+def kernel_to_json(kernel: Kernel, *, base_dir: str | None = None) -> dict[str, Json]:
+    """The JSON form of ``kernel`` (strict JSON: no NaN or Infinity literals).
+
+    ``base_dir`` writes location files inside it as relative paths.
+    """
+    return _Writer(base_dir).kernel(kernel)
 
 
 def _float_json(x: float) -> Json:
@@ -71,53 +74,60 @@ def _float_json(x: float) -> Json:
     return float(x)
 
 
+def _expr_json(e: Expr) -> Json:
+    """Constants as JSON integers, other expressions in their text syntax."""
+    value = e.const_value()
+    return value if value is not None else str(e)
+
+
 def _type_json(t: IRType) -> dict[str, Json]:
     out: dict[str, Json] = {"kind": _KIND_OF_TYPE[type(t)], "dtype": t.dtype.value,
-                            "shape": [str(e) for e in t.shape]}
+                            "shape": [_expr_json(e) for e in t.shape]}
     if isinstance(t, ViewType):
         out["readonly"] = t.readonly
     return out
 
 
-def _loc_json(loc: SourceLoc) -> dict[str, Json]:
-    return {"file": loc.file, "line": loc.line, "col": loc.col}
+def _loc_json(loc: SourceLoc, base_dir: str | None) -> dict[str, Json]:
+    return {"file": display_path(loc.file, base_dir), "line": loc.line, "col": loc.col}
 
 
 def attr_to_json(value: object, f: AttrField) -> Json:
     """The JSON of one property value of syntax family ``f.kind``."""
     kind = f.kind
     if kind is AttrKind.EXPRS:
-        return [str(e) for e in value]  # type: ignore[attr-defined]
+        return [_expr_json(e) for e in value]  # type: ignore[attr-defined]
     if kind is AttrKind.FLOAT:
         return _float_json(value)  # type: ignore[arg-type]
     if kind is AttrKind.FLOAT_OR_EXPR:
         if isinstance(value, float):
             return {"float": _float_json(value)}
-        return {"expr": str(value)}
+        return {"expr": _expr_json(value)}  # type: ignore[arg-type]
     if kind in (AttrKind.INT, AttrKind.STR):
         return value
     if kind in (AttrKind.INTS, AttrKind.STRS):
         return list(value)  # type: ignore[call-overload]
     if kind is AttrKind.LAYOUT:
         assert isinstance(value, Layout)
-        return {"shape": [str(e) for e in value.shape],
-                "strides": [str(e) for e in value.strides],
+        return {"shape": [_expr_json(e) for e in value.shape],
+                "strides": [_expr_json(e) for e in value.strides],
                 "swizzles": [{"bits": s.bits, "base": s.base, "shift": s.shift}
                              for s in value.swizzles],
                 "planned": value.planned}
     if kind is AttrKind.AXES:
-        return [{"name": a.name, "extent": str(a.extent)} for a in value]  # type: ignore[attr-defined]
+        return [{"name": a.name, "extent": _expr_json(a.extent)} for a in value]  # type: ignore[attr-defined]
     assert kind in (AttrKind.DTYPE, AttrKind.ENUM)
     return value.value  # type: ignore[attr-defined]
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, base_dir: str | None) -> None:
         self.namer = ValueNamer()
+        self.base_dir = base_dir
 
     def kernel(self, kernel: Kernel) -> dict[str, Json]:
         return {"format": FORMAT, "version": VERSION, "name": kernel.name,
-                "loc": _loc_json(kernel.loc),
+                "loc": _loc_json(kernel.loc, self.base_dir),
                 "params": [self.value(p) for p in kernel.params],
                 "body": self.block(kernel.body)}
 
@@ -139,7 +149,7 @@ class _Writer:
             "attrs": {f.name: attr_to_json(getattr(op, f.name), f)
                       for f in attr_fields(type(op))},
             "regions": [self.block(b) for b in op.region_blocks()],
-            "loc": _loc_json(op.loc),
+            "loc": _loc_json(op.loc, self.base_dir),
         }
         if op.stage is not None:
             out["stage"] = op.stage
@@ -445,10 +455,10 @@ class _Reader:
         try:
             op = cls(**fields, results=list(results), loc=loc, stage=stage)  # type: ignore[arg-type]
             inferred = op.result_types()
-        except (AssertionError, IndexError, TypeError, ValueError) as e:
+        except (AssertionError, IndexError, TypeError, ValueError):  # core asserts operand kinds
             types = ", ".join(str(v.type) for v in operands)
-            raise self.error(path, f"{name} cannot be built from operand types ({types}): "
-                                   f"{e or type(e).__name__}") from None
+            raise self.error(path, f"{name} cannot infer its result types from operand types "
+                                   f"({types}) and its properties") from None
         declared = [r.type for r in op.results]
         if len(inferred) != len(declared):
             raise self.error(f"{path}.results", f"{name} produces {len(inferred)} result(s), "

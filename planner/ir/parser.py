@@ -610,19 +610,16 @@ class _Parser:
               loc: SourceLoc, stage: str | None, pos: int) -> Op:
         try:
             return cls(**fields, results=results, loc=loc, stage=stage)  # type: ignore[arg-type]
-        except (AssertionError, IndexError, TypeError, ValueError) as e:
-            raise self.error(f"cannot build '{cls.SPEC.name}' from these operands and "
-                             f"properties: {e or type(e).__name__}", pos) from None
+        except _INFER_ERRORS:
+            raise self.error(_cannot_infer(cls.SPEC.name, list(fields.values())), pos) from None
 
     def check_result_types(self, op: Op, declared: list[tuple[IRType, int]],
                            sig_pos: int) -> None:
         name = op.SPEC.name
         try:
             inferred = op.result_types()
-        except (AssertionError, IndexError, TypeError, ValueError) as e:
-            types = ", ".join(str(v.type) for v in op.operands())
-            raise self.error(f"'{name}' cannot infer its result types from operand types "
-                             f"({types}): {e or type(e).__name__}", sig_pos) from None
+        except _INFER_ERRORS:
+            raise self.error(_cannot_infer(name, op.operands()), sig_pos) from None
         if len(inferred) != len(declared):
             raise self.error(f"'{name}' produces {len(inferred)} result(s) but the signature "
                              f"declares {len(declared)}", sig_pos)
@@ -634,3 +631,13 @@ class _Parser:
 
 def _hint(name: str) -> str | None:
     return None if name.isdigit() else name
+
+
+# result_types() of the core ops asserts operand kinds and indexes shapes by properties
+_INFER_ERRORS = (AssertionError, IndexError, TypeError, ValueError)
+
+
+def _cannot_infer(op_name: str, operands: list[object]) -> str:
+    types = ", ".join(str(v.type) for v in operands if isinstance(v, Value))
+    return (f"'{op_name}' cannot infer its result types from operand types ({types}) "
+            "and its properties")

@@ -285,37 +285,49 @@ _DIAG_LINE = re.compile(
     r"(?P<msg>.*)$"
 )
 _SPACE_NAMES = (
-    (re.compile(r"\*\s*__private\b"), "*"),
-    (re.compile(r"&\s*__private\b"), "&"),
     (re.compile(r"\b__global\b"), "device"),
     (re.compile(r"\b__constant\b"), "constant"),
     (re.compile(r"\b__local\b"), "threadgroup"),
-    (re.compile(r"\b__private\b"), "thread"),
 )
+_QUOTED_TYPE = re.compile(r"'[^']*'")
+_DEVICE_SPACE = re.compile(r"__(global|constant|local)\b")
+_NO_GENERIC_SPACE = (
+    "MSL has no generic address space: a pointer or reference without one is a `thread` "
+    "pointer; qualify it device, constant or threadgroup"
+)
+# First match wins: (what the raw clang message contains, the hint in Metal's terms).
 _HINTS = (
-    (
-        "requires cl_khr_fp64",
-        "Metal has no double: use float, and write float literals with an f suffix",
-    ),
-    (
-        "double precision constant",
-        "write float literals with an f suffix (1.0f); the subset has no implicit doubles",
-    ),
-    (
-        "address space",
-        "MSL has no generic address space: qualify every pointer and reference "
-        "(device, constant, threadgroup or thread)",
-    ),
+    ("double precision constant", "write float literals with an f suffix (1.0f)"),
+    ("requires cl_khr_fp64", "Metal has no double: use float"),
+    ("address space", _NO_GENERIC_SPACE),
     ("program scope variable", "Metal allows only `constant` variables at program scope"),
     ("static local variable", "Metal allows only `constant` variables at program scope"),
-    ("unknown attribute", "see msl_runtime/SUBSET.md for the supported attributes"),
+    ("unknown attribute", "msl_runtime/SUBSET.md lists the supported attributes"),
 )
+
+
+def _thread_spelling(quoted: re.Match[str]) -> str:
+    """``'__private float *__private'`` -> ``'thread float *'``; ``'__private int'`` -> ``'int'``."""
+    text = re.sub(r"([*&])\s*__private\b", r"\1", quoted.group())
+    if "*" in text or "&" in text:
+        return text.replace("__private", "thread")
+    return text.replace("__private ", "")
 
 
 def _metal_spelling(message: str) -> str:
+    """Clang's OpenCL words in Metal's: address spaces, and fp64 as "double"."""
+    message = _QUOTED_TYPE.sub(_thread_spelling, message)
     for pattern, name in _SPACE_NAMES:
         message = pattern.sub(name, message)
-    return message.replace("cl_khr_fp64 and __opencl_c_fp64", "64-bit floating point")
+    return message.replace("__private", "thread").replace(
+        "cl_khr_fp64 and __opencl_c_fp64", "64-bit floating point"
+    )
+
+
+def _hint(message: str) -> str | None:
+    if "__private" in message and _DEVICE_SPACE.search(message):
+        return _NO_GENERIC_SPACE
+    return next((hint for key, hint in _HINTS if key in message), None)
 
 
 def _parse_diagnostics(stderr: str, user_file: str, filename: str) -> list[Diagnostic]:
@@ -348,7 +360,9 @@ def _diagnostic(group: list[tuple[SourceLoc, str, str, bool]]) -> Diagnostic:
     severity = Severity.ERROR if sev in ("error", "fatal error") else Severity.WARNING
     if "double precision constant" in msg:
         severity = Severity.ERROR  # unsuffixed literal: the subset has explicit float literals
-    notes += [(loc, hint) for key, hint in _HINTS if key in msg]
+    hint = _hint(msg)
+    if hint is not None:
+        notes.append((loc, hint))
     return Diagnostic(_metal_spelling(msg), loc, "msl-check", severity, tuple(notes))
 
 

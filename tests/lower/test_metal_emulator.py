@@ -238,7 +238,7 @@ kernel void spin(device float* out [[buffer(0)]], constant int& n [[buffer(1)]],
                  uint tid [[thread_index_in_threadgroup]]) {
   float acc = 0.0f;
   for (int i = 0; i < n; ++i) {
-    acc = fma(acc, 0.999f, 1.0f);
+    acc = metal::fma(acc, 0.999f, 1.0f);
   }
   out[tid] = acc;
 }

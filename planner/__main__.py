@@ -1,0 +1,7 @@
+"""``python -m planner`` runs the command line."""
+
+import sys
+
+from planner.cli import main
+
+sys.exit(main())
