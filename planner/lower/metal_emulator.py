@@ -290,6 +290,7 @@ _SPACE_NAMES = (
     (re.compile(r"\b__local\b"), "threadgroup"),
 )
 _QUOTED_TYPE = re.compile(r"'[^']*'")
+_PRIVATE_POINTER = re.compile(r"'__private [^']*[*&]")
 _DEVICE_SPACE = re.compile(r"__(global|constant|local)\b")
 _NO_GENERIC_SPACE = (
     "MSL has no generic address space: a pointer or reference without one is a `thread` "
@@ -325,7 +326,7 @@ def _metal_spelling(message: str) -> str:
 
 
 def _hint(message: str) -> str | None:
-    if "__private" in message and _DEVICE_SPACE.search(message):
+    if _PRIVATE_POINTER.search(message) and _DEVICE_SPACE.search(message):
         return _NO_GENERIC_SPACE
     return next((hint for key, hint in _HINTS if key in message), None)
 
