@@ -50,6 +50,29 @@ def _time(fn: object, reps: int) -> list[float]:
 WARM_S = 0.25
 
 
+def _idle_fraction(window_s: float = 1.0) -> float | None:
+    """Fraction of CPU time idle over ``window_s`` (Linux /proc/stat), else None."""
+    try:
+        with open("/proc/stat") as f:
+            a = [int(x) for x in f.readline().split()[1:]]
+        time.sleep(window_s)
+        with open("/proc/stat") as f:
+            b = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    d = [y - x for x, y in zip(a, b, strict=False)]
+    return (d[3] + d[4]) / max(1, sum(d))
+
+
+def _wait_quiet(limit_s: float) -> str:
+    """Wait (≤ limit_s) until the machine is ≥ 90 % idle; describe what was seen."""
+    t0 = time.perf_counter()
+    idle = _idle_fraction()
+    while idle is not None and idle < 0.9 and time.perf_counter() - t0 < limit_s:
+        idle = _idle_fraction()
+    return "n/a" if idle is None else f"{idle:.0%}"
+
+
 def _warm(fn: object) -> None:
     t0 = time.perf_counter()
     while True:
@@ -64,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--config", choices=["auto", "avx2", "avx512"], default="auto")
+    ap.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
+                    help="before each row wait up to S s for a >= 90%% idle machine (0: off)")
     args = ap.parse_args(argv)
     if args.reps < 5:
         ap.error("--reps must be at least 5")
@@ -85,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"threadpoolctl: {info.get('internal_api')} {info.get('version')} "
               f"kernel={info.get('architecture')} threads={info.get('num_threads')}")
     print(f"numpy {np.__version__}; kernel config {kernel.config}; compile {compile_s:.2f} s")
-    print(f"median of 2x{args.reps} calls timed in ABBA blocks after warm-up, float32\n")
+    print(f"median of 2x{args.reps} calls timed in ABBA blocks after warm-up, float32")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (shared machine: see idle column)\n")
 
     header = (f"{'n':>5} {'thr':>3} | {'numpy ms':>9} {'GF/s':>7} | {'ours ms':>9} {'GF/s':>7}"
-              f" | {'ratio':>5}")
+              f" | {'ratio':>5} | idle before")
     print(header)
     print("-" * len(header))
     rng = np.random.default_rng(0)
@@ -100,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         flops = 2.0 * n**3
         reps = args.reps if n < 2048 else max(5, args.reps - 2)
         for thr in args.threads:
+            idle = _wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else "-"
             with threadpool_limits(limits=thr, user_api="blas"):
 
                 def run_np(a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c_np) -> None:
@@ -124,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"!! n={n} threads={thr}: results differ (rel {err:.2e})")
             m_np, m_ours = statistics.median(t_np), statistics.median(t_ours)
             print(f"{n:>5} {thr:>3} | {m_np * 1e3:>9.2f} {flops / m_np / 1e9:>7.1f} | "
-                  f"{m_ours * 1e3:>9.2f} {flops / m_ours / 1e9:>7.1f} | {m_np / m_ours:>5.2f}")
+                  f"{m_ours * 1e3:>9.2f} {flops / m_ours / 1e9:>7.1f} | {m_np / m_ours:>5.2f}"
+                  f" | {idle}")
     kernel.close()
     return 0
 

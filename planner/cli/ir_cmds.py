@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 import numpy as np
 
@@ -51,7 +53,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     else:
         from planner.ir.printer import print_kernel
 
-        print(print_kernel(loaded.kernel, locations=not args.no_loc))
+        sys.stdout.write(print_kernel(loaded.kernel, locations=not args.no_loc,
+                                      base_dir=os.getcwd()))
     return 0
 
 

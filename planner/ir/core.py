@@ -203,7 +203,20 @@ class Op:
 
 
 def _tile(v: Value) -> TileType:
-    assert isinstance(v.type, TileType), v.type
+    if not isinstance(v.type, TileType):
+        raise TypeError(f"expected a tile operand, got {v.type}")
+    return v.type
+
+
+def _view(v: Value) -> ViewType:
+    if not isinstance(v.type, ViewType):
+        raise TypeError(f"expected a view operand, got {v.type}")
+    return v.type
+
+
+def _memory(v: Value) -> MemoryType:
+    if not isinstance(v.type, MemoryType):
+        raise TypeError(f"expected a memory operand, got {v.type}")
     return v.type
 
 
@@ -220,9 +233,7 @@ class LoadOp(Op):
     fill: float = 0.0
 
     def result_types(self) -> list[IRType]:
-        vt = self.view.type
-        assert isinstance(vt, ViewType)
-        return [TileType(vt.dtype, self.shape)]
+        return [TileType(_view(self.view).dtype, self.shape)]
 
 
 @dataclass(eq=False)
@@ -322,6 +333,8 @@ class TransposeOp(Op):
 
     def result_types(self) -> list[IRType]:
         t = _tile(self.x)
+        if sorted(self.perm) != list(range(t.rank)):
+            raise TypeError(f"{list(self.perm)} is not a permutation of rank {t.rank}")
         return [TileType(t.dtype, tuple(t.shape[p] for p in self.perm))]
 
 
@@ -347,6 +360,7 @@ class MmaOp(Op):
     acc: Value
 
     def result_types(self) -> list[IRType]:
+        _tile(self.a), _tile(self.b)
         return [_tile(self.acc)]
 
 
@@ -385,8 +399,7 @@ class MemStoreOp(Op):
     tile: Value
 
     def result_types(self) -> list[IRType]:
-        mt = self.memory.type
-        assert isinstance(mt, MemoryType)
+        mt = _memory(self.memory)
         return [StateType(mt.dtype, mt.shape)]
 
 
@@ -398,8 +411,7 @@ class MemLoadOp(Op):
     state: Value
 
     def result_types(self) -> list[IRType]:
-        mt = self.memory.type
-        assert isinstance(mt, MemoryType)
+        mt = _memory(self.memory)
         return [TileType(mt.dtype, mt.shape)]
 
 

@@ -262,6 +262,8 @@ def _binary(op: ExprOp, a: IntLike, b: IntLike) -> Expr:
     x, y = as_expr(a), as_expr(b)
     if isinstance(x, Const) and isinstance(y, Const):
         return Const(_FOLD[op]([x.value, y.value]))
+    if op in (ExprOp.FLOORDIV, ExprOp.CEIL_DIV, ExprOp.MOD) and y == Const(0):
+        raise ZeroDivisionError(f"{op.value} by zero in an index expression")
     if op in (ExprOp.FLOORDIV, ExprOp.CEIL_DIV):
         if y == Const(1):
             return x
@@ -302,21 +304,36 @@ def product(factors: list[IntLike] | tuple[IntLike, ...]) -> Expr:
 
 # --------------------------------------------------------------------------- printing
 
-_PREC = {ExprOp.ADD: 1, ExprOp.MUL: 2}
-
-
 def _print(e: Expr, outer: int) -> str:
     if isinstance(e, Const):
         return str(e.value) if e.value >= 0 or outer == 0 else f"({e.value})"
     if isinstance(e, Sym):
         return e.name
     assert isinstance(e, Apply)
-    if e.op in _PREC:
-        prec = _PREC[e.op]
-        text = f" {e.op.value} ".join(_print(a, prec + 1 if i else prec)
-                                      for i, a in enumerate(e.args))
-        return f"({text})" if prec < outer else text
+    if e.op is ExprOp.ADD:
+        text = _print(e.args[0], 1)
+        for a in e.args[1:]:
+            neg = _negated(a)
+            text += f" - {_print(neg, 2)}" if neg is not None else f" + {_print(a, 2)}"
+        return f"({text})" if outer > 1 else text
+    if e.op is ExprOp.MUL:
+        args = e.args
+        sign = ""
+        if isinstance(args[0], Const) and args[0].value == -1:
+            sign, args = "-", args[1:]
+        text = sign + " * ".join(_print(a, 3) for a in args)
+        return f"({text})" if outer > 2 else text
     return f"{e.op.value}({_print(e.args[0], 0)}, {_print(e.args[1], 0)})"
+
+
+def _negated(e: Expr) -> Expr | None:
+    """``-e`` when ``e`` prints better after a minus sign (a negative constant or coefficient)."""
+    if isinstance(e, Const) and e.value < 0:
+        return Const(-e.value)
+    if (isinstance(e, Apply) and e.op is ExprOp.MUL and isinstance(e.args[0], Const)
+            and e.args[0].value < 0):
+        return mul(-e.args[0].value, *e.args[1:])
+    return None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -348,7 +365,10 @@ def parse_expr(text: str) -> Expr:
             tokens.append((kind, val, m.start(m.lastindex or 0)))
         pos = m.end()
     parser = _ExprParser(tokens, len(text))
-    out = parser.parse_sum()
+    try:
+        out = parser.parse_sum()
+    except ZeroDivisionError as exc:
+        raise ExprSyntaxError(str(exc), 0) from None
     if parser.i != len(tokens):
         raise ExprSyntaxError(f"unexpected {tokens[parser.i][1]!r} in expression",
                               tokens[parser.i][2])

@@ -482,7 +482,7 @@ class Memory:
             for name, v in frame.f_locals.items():
                 if v is self:
                     self.value.name_hint = name
-                    self.alloc.initial_state.name_hint = name
+                    self.alloc.initial_state.name_hint = f"{name}_init"
                     break
 
     def store(self, tile: Tile) -> None:

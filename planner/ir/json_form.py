@@ -159,23 +159,27 @@ class _Writer:
 # --------------------------------------------------------------------------- decoding
 
 
-def kernel_from_json(obj: Json, *, file: str = "<json>", max_ops: int | None = None,
+def kernel_from_json(obj: Json, *, file: str | None = None, max_ops: int | None = None,
                      max_depth: int = 64) -> Kernel:
-    """Build a kernel from its JSON form, checking it completely (see the module docstring)."""
+    """Build a kernel from its JSON form, checking it completely (see the module docstring).
+
+    Errors name the JSON path in their message; their location is ``file`` (line 0)
+    when given, else unknown.
+    """
     return _Reader(file, max_ops, max_depth).kernel(obj)
 
 
-def kernel_from_json_text(text: str, *, file: str = "<json>", max_ops: int | None = None,
+def kernel_from_json_text(text: str, *, file: str | None = None, max_ops: int | None = None,
                           max_depth: int = 64) -> Kernel:
     """:func:`kernel_from_json` of a JSON document; bad JSON is ``kind="parse"``."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise PlannerError(Diagnostic(f"invalid JSON: {e.msg}", SourceLoc(file, e.lineno,
-                                                                          e.colno)),
+        raise PlannerError(Diagnostic(f"invalid JSON: {e.msg}", SourceLoc(file or "<json>",
+                                                                          e.lineno, e.colno)),
                            "parse") from None
     except RecursionError:
-        raise PlannerError(Diagnostic("JSON nested too deeply", SourceLoc(file, 0)),
+        raise PlannerError(Diagnostic("JSON nested too deeply", SourceLoc(file or "<json>", 1)),
                            "too-large") from None
     return kernel_from_json(obj, file=file, max_ops=max_ops, max_depth=max_depth)
 
@@ -197,15 +201,15 @@ def _kind_name(x: Json) -> str:
 
 
 class _Reader:
-    def __init__(self, file: str, max_ops: int | None, max_depth: int) -> None:
-        self.file = file
+    def __init__(self, file: str | None, max_ops: int | None, max_depth: int) -> None:
+        self.loc_ = UNKNOWN_LOC if file is None else SourceLoc(file, 0)
         self.max_ops, self.max_depth = max_ops, max_depth
         self.n_ops = 0
         self.defined: dict[str, str] = {}  # id -> path of its definition
         self.scopes: list[dict[str, Value]] = [{}]
 
     def error(self, path: str, message: str, kind: str = "invalid-ir") -> PlannerError:
-        return PlannerError(Diagnostic(f"{path}: {message}", SourceLoc(self.file, 0)), kind)
+        return PlannerError(Diagnostic(f"{path}: {message}", self.loc_), kind)
 
     # ----------------------------------------------------------------- JSON shapes
 
@@ -459,7 +463,7 @@ class _Reader:
             types = ", ".join(str(v.type) for v in operands)
             raise self.error(path, f"{name} cannot infer its result types from operand types "
                                    f"({types}) and its properties") from None
-        declared = [r.type for r in op.results]
+        declared = [r.type for r in results]
         if len(inferred) != len(declared):
             raise self.error(f"{path}.results", f"{name} produces {len(inferred)} result(s), "
                                                 f"{len(declared)} declared")

@@ -42,9 +42,10 @@ T = TypeVar("T")
 _SKIP = re.compile(r"(?:\s+|//[^\n]*)*")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _VALUE_ID = re.compile(r"%(\d+|[A-Za-z_$.\-][A-Za-z0-9_$.\-]*)")
-_INT = re.compile(r"[-+]?\d+")
+_INT = re.compile(r"[-+]?\d+(?![.\w])")
 _DEC_FLOAT = re.compile(r"[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)")
 _HEX_FLOAT = re.compile(r"0x([0-9A-Fa-f]{1,16})\s*:\s*f64\b")
+_TOKEN = re.compile(r'"[^"\n]{0,40}"?|-?[A-Za-z0-9_%#^.$]+|\S')
 _BLOCK_LABEL = re.compile(r"\^[A-Za-z0-9_$.\-]+")
 _EXPR_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
                         "_%.+-* \t")
@@ -99,9 +100,9 @@ class _Parser:
         self.skip()
         if self.pos >= len(self.text):
             return "end of input"
-        m = re.compile(r"[A-Za-z0-9_%#^.]+|\S").match(self.text, self.pos)
+        m = _TOKEN.match(self.text, self.pos)
         assert m is not None
-        return repr(m.group()[:24])
+        return repr(m.group()[:40])
 
     # ----------------------------------------------------------------- lexing
 
@@ -205,7 +206,8 @@ class _Parser:
     def float_(self) -> float:
         value = self.float_literal()
         if value is None:
-            m = self.require(_INT, "a float")
+            m = self.require(_INT, "a float (inf and nan are written as IEEE-754 bits, "
+                                   "e.g. 0xFFF0000000000000 : f64 for -inf)")
             value = float(m.group())
         return value
 

@@ -40,7 +40,7 @@ import math
 import re
 import struct
 import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from enum import Enum
 from functools import cache
 from pathlib import Path, PurePath
@@ -341,9 +341,24 @@ class Printer:
             self._op(op, depth + 1)
 
 
-def print_kernel(kernel: Kernel, options: PrintOptions | None = None) -> str:
-    """The generic text form of ``kernel``; :func:`planner.ir.parser.parse_kernel` reads it."""
-    return Printer(options).print_kernel(kernel)
+def print_kernel(kernel: Kernel, options: PrintOptions | None = None, *,
+                 locations: bool | None = None, base_dir: str | None = None) -> str:
+    """The generic text form of ``kernel``; :func:`planner.ir.parser.parse_kernel` reads it.
+
+    ``locations`` and ``base_dir`` override the fields of ``options``.
+    """
+    opts = options or PrintOptions()
+    if locations is not None or base_dir is not None:
+        opts = replace(opts, locations=opts.locations if locations is None else locations,
+                       base_dir=opts.base_dir if base_dir is None else base_dir)
+    return Printer(opts).print_kernel(kernel)
+
+
+def value_names(kernel: Kernel) -> dict[Value, str]:
+    """The name (without ``%``) the text form gives each value of ``kernel``."""
+    printer = Printer(PrintOptions(locations=False))
+    printer.print_kernel(kernel)
+    return dict(printer.namer.names)
 
 
 def print_op(op: Op, options: PrintOptions | None = None) -> str:

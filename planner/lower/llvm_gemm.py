@@ -18,8 +18,14 @@ to ``planner_sgemm``; all matrices row-major with element strides)::
         copy of B (see *Threading*). ``Abuf`` is caller-owned scratch of
         :attr:`GemmConfig.a_buffer_floats` floats (64-byte aligned).
 
+    i32 name_task(i64* sync, i64 max_cycles, i32 wait_done, i64 M, i64 N, i64 K,
+                  float* A, i64 lda, float* B, i64 ldb, float* Bp, i64 npad, float* C,
+                  i64 ldc, i32 accumulate, float* Abuf, i64 pack_cols, i64 chunk_m,
+                  i64 chunk_n)
+        One thread's part of the threaded GEMM (see *Threading*).
+
 plus ``internal`` helpers ``name.ukr`` (micro-kernel), ``name.pack_a``, ``name.pack_b``,
-``name.macro`` and ``name.zero``, which LLVM inlines.
+``name.macro``, ``name.zero`` and ``name.wait``; LLVM inlines all but the last two.
 
 Algorithm (Goto/BLIS)
 ---------------------
@@ -51,22 +57,29 @@ B → ``ic`` (MC rows) → pack an MC×KC block of A → ``jr`` (NR columns) →
 
 Threading (:class:`SgemmKernel`)
 --------------------------------
-The threaded driver packs **all** of B once (``K × npad`` floats, ``npad`` = N rounded up
-to NR, laid out KC block by KC block so each block is exactly the panel the single-thread
-path would pack), with the threads splitting the NR-slivers between them; then each thread
-computes a band of rows of C (or of columns, when M is too small) with its own packed-A
-buffer against the shared packed B. Each thread repacking B would cost ~30 % at n = 512 on
-2 threads. The calling thread does one share of the work itself; the compiled functions
-are called through ``ctypes.CFUNCTYPE``, which releases the GIL.
+The threaded driver packs **all** of B once into a shared buffer (``K × npad`` floats,
+``npad`` = N rounded up to NR, laid out KC block by KC block so each block is exactly the
+panel the 1-thread path packs): each thread repacking B would cost ~30 % at n = 512 on 2
+threads. The work is cut into ~4 chunks per thread (column chunks of B to pack, then row
+blocks of C, or column blocks when M is short) which the threads claim with atomic
+fetch-adds *inside the compiled code* (``name_task``); the only synchronization, "all of
+B is packed" and "all of C is done", is a spin on an atomic counter (``pause``, then
+``sched_yield`` after ~20 µs, falling back to sleep-polling in Python after ~10 ms).
+No thread ever waits for one that has not started: the calling thread works too, and a
+pool worker that wakes up late (a thread hand-off costs ~50–70 µs on this VM) just finds
+less or no work. So there are no Python-level barriers, no GIL hand-offs between phases,
+and no waiting on futures. Compiled functions are called through ``ctypes.CFUNCTYPE``,
+which releases the GIL. Problems below :attr:`SgemmKernel.min_parallel_flops` run on one
+thread.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
+import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -442,8 +455,9 @@ def emit_gemm_f32(
     macro = _emit_macro(module, name, cfg, ukr)
     zero = _emit_zero(module, name)
     main = _emit_main(module, name, cfg, pack_a, pack_b, macro, zero)
-    _emit_pack_b_full(module, name, cfg, pack_b)
-    _emit_prepacked(module, name, cfg, pack_a, macro, zero)
+    pack_full = _emit_pack_b_full(module, name, cfg, pack_b)
+    prepacked = _emit_prepacked(module, name, cfg, pack_a, macro, zero)
+    _emit_task(module, name, cfg, pack_full, prepacked)
     return main
 
 
@@ -561,11 +575,142 @@ def _emit_prepacked(
     return fn
 
 
+def _emit_spin_wait(module: ir.Module, name: str) -> ir.Function:
+    """``i1 wait(i64* ctr, i64 target, i64 max_cycles)``: wait until ``*ctr >= target``
+    (acquire load); false when ``max_cycles`` TSC cycles passed first.
+
+    Spins with ``pause`` for the first ``_SPIN_ONLY_CYCLES``, then calls ``sched_yield``
+    between checks, so that on an oversubscribed machine the thread we wait for can run
+    on this core instead of us burning it.
+    """
+    fnty = ir.FunctionType(I1, [I64.as_pointer(), I64, I64])
+    fn = _internal(ir.Function(module, fnty, name=f"{name}.wait"), inline=False)
+    ctr, target, max_cycles = fn.args
+    rdtsc = declare_intrinsic(module, "llvm.readcyclecounter", [], I64, [])
+    sched_yield = _declare(module, "sched_yield", ir.FunctionType(I32, []))
+    entry = fn.append_basic_block("entry")
+    loop = fn.append_basic_block("loop")
+    spin = fn.append_basic_block("spin")
+    do_yield = fn.append_basic_block("yield")
+    check = fn.append_basic_block("check")
+    yes = fn.append_basic_block("yes")
+    no = fn.append_basic_block("no")
+    b = ir.IRBuilder(entry)
+    t0 = b.call(rdtsc, [])
+    b.branch(loop)
+    b.position_at_end(loop)
+    v = b.load_atomic(ctr, "acquire", 8)
+    b.cbranch(b.icmp_signed(">=", v, target), yes, spin)
+    b.position_at_end(spin)
+    elapsed = b.sub(b.call(rdtsc, []), t0)
+    b.cbranch(b.icmp_signed(">", elapsed, _c64(_SPIN_ONLY_CYCLES)), do_yield, check)
+    b.position_at_end(do_yield)
+    b.call(sched_yield, [])
+    b.branch(check)
+    b.position_at_end(check)
+    if host_target().triple.startswith(("x86_64", "i386", "i686")):
+        pause = _declare(module, "llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), []))
+        b.call(pause, [])
+    b.cbranch(b.icmp_signed(">", elapsed, max_cycles), no, loop)
+    b.position_at_end(yes)
+    b.ret(ir.Constant(I1, 1))
+    b.position_at_end(no)
+    b.ret(ir.Constant(I1, 0))
+    return fn
+
+
+def _emit_task(
+    module: ir.Module, name: str, cfg: GemmConfig, pack_full: ir.Function,
+    prepacked: ir.Function,
+) -> ir.Function:
+    """One thread's part of a threaded GEMM: dynamic chunks, synchronized without the GIL.
+
+    ``i32 name_task(i64* sync, i64 max_cycles, i32 wait_done, i64 M, i64 N, i64 K,
+    float* A, i64 lda, float* B, i64 ldb, float* Bp, i64 npad, float* C, i64 ldc,
+    i32 accumulate, float* Abuf, i64 pack_cols, i64 chunk_m, i64 chunk_n)``
+
+    ``sync`` is five zero-initialized i64 counters shared by all threads of one call:
+    [0] next B-pack chunk, [1] B-pack chunks done, [2] next C chunk, [3] (unused),
+    [4] C chunks done. A task claims chunks of ``pack_cols`` columns of B with an atomic
+    fetch-add and packs them (``name_pack_b``) until none are left, spins until every
+    chunk is packed, then claims ``chunk_m × chunk_n`` blocks of C and computes them
+    (``name_prepacked``) until none are left. With ``wait_done`` it finally spins until
+    every block is done. A thread that starts late simply finds less (or no) work, so no
+    thread ever waits for one that has not started. Re-entrant: calling it again after a
+    timeout resumes. Returns 0 when done, 1 when the pack spin timed out
+    (``max_cycles`` TSC cycles), 2 when the final spin timed out.
+    """
+    i64p = I64.as_pointer()
+    fnty = ir.FunctionType(
+        I32,
+        [i64p, I64, I32, I64, I64, I64, F32P, I64, F32P, I64, F32P, I64, F32P, I64, I32,
+         F32P, I64, I64, I64],
+    )
+    fn = ir.Function(module, fnty, name=f"{name}_task")
+    fn.attributes.add("nounwind")
+    (sync, max_cycles, wait_done, m, n, k, a, lda, bm, ldb, bp, npad, c, ldc, acc, abuf,
+     pack_cols, chunk_m, chunk_n) = fn.args
+    spin_wait = _emit_spin_wait(module, name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ctr = [_gep(b, sync, i) for i in range(5)]
+
+    def ceil_div(x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.sdiv(b.add(x, b.sub(y, _c64(1))), y)
+
+    def claim_loop(counter: ir.Value, count: ir.Value, tag: str) -> Iterator[ir.Value]:
+        """Yield claimed chunk indices q (< count) inside a loop body."""
+        fn_ = b.function
+        hdr = fn_.append_basic_block(f"{tag}.claim")
+        body = fn_.append_basic_block(f"{tag}.body")
+        end = fn_.append_basic_block(f"{tag}.end")
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        q = b.atomic_rmw("add", counter, _c64(1), "monotonic")
+        b.cbranch(b.icmp_signed("<", q, count), body, end)
+        b.position_at_end(body)
+        yield q
+        b.branch(hdr)
+        b.position_at_end(end)
+
+    npack = ceil_div(n, pack_cols)
+    for q in claim_loop(ctr[0], npack, "pack"):
+        j0 = b.mul(q, pack_cols)
+        ncols = _smin(b, pack_cols, b.sub(n, j0))
+        b.call(pack_full, [k, ncols, _gep(b, bm, j0), ldb, bp, npad, b.sdiv(j0, _c64(cfg.nr))])
+        b.atomic_rmw("add", ctr[1], _c64(1), "release")
+    with b.if_then(b.not_(b.call(spin_wait, [ctr[1], npack, max_cycles])), likely=False):
+        b.ret(ir.Constant(I32, 1))
+
+    cn = ceil_div(n, chunk_n)
+    nchunks = b.mul(ceil_div(m, chunk_m), cn)
+    for q in claim_loop(ctr[2], nchunks, "comp"):
+        i0 = b.mul(b.sdiv(q, cn), chunk_m)
+        j0 = b.mul(b.srem(q, cn), chunk_n)
+        mc = _smin(b, chunk_m, b.sub(m, i0))
+        nc = _smin(b, chunk_n, b.sub(n, j0))
+        b.call(prepacked, [
+            mc, nc, k, _gep(b, a, b.mul(i0, lda)), lda, bp, npad,
+            b.sdiv(j0, _c64(cfg.nr)), _gep(b, c, b.add(b.mul(i0, ldc), j0)), ldc, acc, abuf,
+        ])
+        b.atomic_rmw("add", ctr[4], _c64(1), "release")
+    # (the second condition is emitted inside the first block)
+    with b.if_then(b.icmp_signed("!=", wait_done, ir.Constant(I32, 0))), b.if_then(
+        b.not_(b.call(spin_wait, [ctr[4], nchunks, max_cycles])), likely=False
+    ):
+        b.ret(ir.Constant(I32, 2))
+    b.ret(ir.Constant(I32, 0))
+    return fn
+
+
 # --------------------------------------------------------------------------------------
 # numpy driver
 # --------------------------------------------------------------------------------------
 
-_BARRIER_TIMEOUT_S = 600.0
+#: Budget (TSC cycles, ~10 ms) of the in-kernel waits of the threaded path, after which
+#: the driver falls back to sleep-polling; the first ~20 us are pure spinning.
+_SPIN_CYCLES = 1 << 25
+_SPIN_ONLY_CYCLES = 1 << 16
+_POLL_S = 50e-6
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _I32 = ctypes.c_int32
@@ -601,18 +746,10 @@ def _check_operand(x: Any, what: str) -> np.ndarray:
     return x
 
 
-def _split(n: int, parts: int, quantum: int) -> list[tuple[int, int]]:
-    """Split ``range(n)`` into ≤ ``parts`` contiguous, nonempty ranges of whole quanta."""
-    q = -(-n // quantum)
-    parts = max(1, min(parts, q))
-    out = []
-    start = 0
-    for i in range(parts):
-        nq = q // parts + (1 if i < q % parts else 0)
-        stop = min(n, start + nq * quantum)
-        out.append((start, stop))
-        start = stop
-    return out
+def _poll_until(sync: np.ndarray, idx: int, target: int) -> None:
+    """Sleep-poll until ``sync[idx] >= target`` (fallback after a spin timed out)."""
+    while sync[idx] < target:
+        time.sleep(_POLL_S)
 
 
 class SgemmKernel:
@@ -624,7 +761,9 @@ class SgemmKernel:
     """
 
     #: Below this many flops (2·M·N·K) a multi-threaded call runs on one thread.
-    min_parallel_flops: int = 2 * 96 * 96 * 96
+    min_parallel_flops: int = 2 * 320 * 320 * 320
+    #: Work pieces per thread for the dynamic split of the threaded path.
+    chunks_per_thread: int = 4
 
     def __init__(
         self,
@@ -644,6 +783,12 @@ class SgemmKernel:
         self._pack_b = self.compiled.ctypes_function(
             f"{name}_pack_b", None, [_I64, _I64, _P, _I64, _P, _I64, _I64]
         )
+        self._task = self.compiled.ctypes_function(
+            f"{name}_task",
+            _I32,
+            [_P, _I64, _I32, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _I64, _I32,
+             _P, _I64, _I64, _I64],
+        )
         self._prepacked = self.compiled.ctypes_function(
             f"{name}_prepacked",
             None,
@@ -652,7 +797,6 @@ class SgemmKernel:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
-        self._submit_lock = threading.Lock()
 
     # -- pool -------------------------------------------------------------------------
 
@@ -673,24 +817,6 @@ class SgemmKernel:
                 self._pool.shutdown(wait=True)
             self._pool = None
             self._pool_size = 0
-
-    def _run_parallel(self, tasks: list[tuple[Any, ...]], fn: Any) -> None:
-        """Run ``fn(*t)`` for each task; the calling thread runs the first one."""
-        if len(tasks) == 1:
-            fn(*tasks[0])
-            return
-        # Tasks of one call may wait for each other (a barrier), so they are submitted
-        # atomically to a FIFO pool with at least len(tasks) - 1 workers: all of them
-        # are started before any task of a later call.
-        with self._submit_lock:
-            pool = self._executor(len(tasks) - 1)
-            futures: list[Future[Any]] = [pool.submit(fn, *t) for t in tasks[1:]]
-        try:
-            fn(*tasks[0])
-        finally:
-            wait(futures)  # never leave a task running on buffers we are about to free
-        for f in futures:
-            f.result()  # re-raise a worker's exception
 
     # -- entry point ------------------------------------------------------------------
 
@@ -742,43 +868,47 @@ class SgemmKernel:
         lda: int, ldb: int, ldc: int, acc: int, threads: int,
     ) -> None:
         cfg = self.config
-        nr = cfg.nr
+        nr, mr = cfg.nr, cfg.mr
         npad = _round_up(n, nr)
         bp = _aligned_empty(k * npad)
-        pa, pb, pc, pbp = _ptr(a), _ptr(b), _ptr(c), _ptr(bp)
-
-        # Each task packs its share of B's NR-slivers, waits until all of B is packed
-        # (one barrier), then computes a band of rows of C (columns when M is too short
-        # to split) against the shared packed B with its own packed-A buffer.
-        packs = _split(n, threads, nr)
-        if m >= threads * cfg.mr or m >= n:
-            bands = [(i0, i1, 0, n) for i0, i1 in _split(m, threads, cfg.mr)]
+        # Work is cut into ~4 chunks per thread and claimed dynamically inside the
+        # compiled code (name_task): B in column chunks, then C in row blocks (column
+        # blocks when M is short). Chunks are whole MR/NR multiples, and every C element
+        # is computed exactly as in the 1-thread path, so results are bit-identical.
+        pieces = self.chunks_per_thread * threads
+        pack_cols = _round_up(-(-n // pieces), nr)
+        if m >= pieces * mr or m >= n:
+            chunk_m, chunk_n = min(cfg.mc, _round_up(-(-m // pieces), mr)), npad
         else:
-            bands = [(0, m, j0, j1) for j0, j1 in _split(n, threads, nr)]
-        ntask = max(len(packs), len(bands))
-        abufs = [_aligned_empty(cfg.a_buffer_floats) for _ in range(ntask)]
-        barrier = threading.Barrier(ntask, timeout=_BARRIER_TIMEOUT_S)
+            chunk_m, chunk_n = m, _round_up(-(-n // pieces), nr)
+        sync = np.zeros(5, dtype=np.int64)
+        abufs = [_aligned_empty(cfg.a_buffer_floats) for _ in range(threads)]
+        common = (m, n, k, _ptr(a), lda, _ptr(b), ldb, _ptr(bp), npad, _ptr(c), ldc, acc)
+        npack = -(-n // pack_cols)
+        nchunks = -(-m // chunk_m) * -(-n // chunk_n)
+        psync = _ptr(sync)
 
         def task(t: int) -> None:
-            try:
-                if t < len(packs):
-                    j0, j1 = packs[t]
-                    self._pack_b(k, j1 - j0, pb + 4 * j0, ldb, pbp, npad, j0 // nr)
-                barrier.wait()
-                if t < len(bands):
-                    i0, i1, j0, j1 = bands[t]
-                    self._prepacked(
-                        i1 - i0, j1 - j0, k, pa + 4 * i0 * lda, lda, pbp, npad, j0 // nr,
-                        pc + 4 * (i0 * ldc + j0), ldc, acc, _ptr(abufs[t]),
-                    )
-            except BaseException:
-                barrier.abort()
-                raise
+            # The closure keeps bp, abufs and sync alive until every task has returned.
+            main = t == 0
+            while True:
+                status = self._task(psync, _SPIN_CYCLES, 1 if main else 0, *common,
+                                    _ptr(abufs[t]), pack_cols, chunk_m, chunk_n)
+                if status == 0:
+                    return
+                if status == 1:  # B chunks still being packed elsewhere: block, resume
+                    _poll_until(sync, 1, npack)
+                    continue
+                _poll_until(sync, 4, nchunks)  # status 2: blocks still being computed
+                return
 
-        # _run_parallel returns only after every task finished, so bp and abufs (kept
-        # alive by this frame and the closure) outlive all uses of their addresses.
-        self._run_parallel([(t,) for t in range(ntask)], task)
-
+        if threads > 1:
+            pool = self._executor(threads - 1)
+            for t in range(1, threads):
+                pool.submit(task, t)
+        # The caller works too and returns once every block of C is done; workers that
+        # start late find no work left and return at once (nothing waits for them).
+        task(0)
 
 _default_kernel_state: dict[str, SgemmKernel] = {}
 _default_kernel_lock = threading.Lock()
@@ -807,10 +937,3 @@ def sgemm(
     """``C = A @ B`` (or ``C += A @ B``) for float32 arrays, via the default kernel."""
     return default_sgemm_kernel().sgemm(a, b, c, threads=threads, accumulate=accumulate)
 
-
-def cpu_count() -> int:
-    """Usable CPUs (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1

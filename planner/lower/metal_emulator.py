@@ -34,11 +34,13 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -49,11 +51,13 @@ from planner.errors import Diagnostic, PlannerError, Severity, SourceLoc
 __all__ = [
     "CheckResult",
     "EmulatedKernel",
+    "FaultReason",
     "KernelFault",
     "KernelParam",
     "MslCompileError",
     "MslToolchainError",
     "Order",
+    "ParamKind",
     "RunReport",
     "check_msl",
     "clang_available",
@@ -84,7 +88,13 @@ _OPENCL_EXTENSIONS_OFF = ",".join(
     )
 )
 # Warnings that mean "outside the subset": the emitter writes conversions explicitly.
-_SUBSET_ERRORS = ("unknown-attributes", "float-conversion", "shorten-64-to-32", "return-type")
+_SUBSET_ERRORS = (
+    "unknown-attributes",
+    "float-conversion",
+    "implicit-int-float-conversion",
+    "shorten-64-to-32",
+    "return-type",
+)
 
 
 # ---- errors and results ---------------------------------------------------------------
@@ -131,21 +141,30 @@ class CheckResult:
             raise MslCompileError(self.errors)
 
 
+class ParamKind(StrEnum):
+    """How a kernel parameter is declared, hence what :meth:`EmulatedKernel.run` takes."""
+
+    DEVICE_POINTER = "device T*"
+    CONSTANT_POINTER = "constant T*"
+    CONSTANT_REFERENCE = "constant T&"
+    POSITION = "position"
+
+
 @dataclass(frozen=True, slots=True)
 class KernelParam:
     """One kernel parameter and where its value comes from.
 
-    ``binding`` is ``"buffer"`` (``index`` is the ``[[buffer(n)]]`` slot) or the name of
-    a position attribute. ``kind`` is ``"device*"``, ``"constant*"``, ``"constant&"`` or
-    ``"position"``; ``scalar`` is the element type's MSL name for buffers.
+    ``attribute`` is ``"buffer"`` (then ``index`` is the ``[[buffer(n)]]`` slot and
+    ``scalar`` the element type's MSL name) or the name of a position attribute (then
+    ``index`` is -1). ``spelling`` is the declaration as written, without the attribute.
     """
 
     name: str
-    binding: str
+    kind: ParamKind
+    attribute: str
     index: int
-    kind: str
     scalar: str
-    type_spelling: str
+    spelling: str
     read_only: bool
     line: int
 
@@ -154,7 +173,7 @@ class KernelParam:
         return np.dtype(_SCALARS[self.scalar])
 
     def describe(self) -> str:
-        return f"buffer({self.index}) `{self.name}` ({self.type_spelling})"
+        return f"buffer({self.index}) `{self.name}` ({self.spelling})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,15 +192,25 @@ class RunReport:
     written: tuple[int, ...]
 
 
+class FaultReason(StrEnum):
+    """Why a run failed; also the diagnostic's rule (``msl-<value>``)."""
+
+    OUT_OF_BOUNDS = "out-of-bounds"
+    READ_ONLY_WRITE = "read-only-write"
+    STACK_OVERFLOW = "stack-overflow"
+    FAULT = "fault"  # any other signal: a wild pointer, an integer division by zero
+    DIVERGENT_BARRIER = "divergent-barrier"
+    EARLY_EXIT = "early-exit"
+    TIMEOUT = "timeout"
+    SETUP = "setup"
+    CRASH = "crash"
+
+
 class KernelFault(PlannerError):
-    """The kernel faulted, diverged at a barrier, exited early or timed out.
+    """The kernel faulted, diverged at a barrier, exited early or timed out."""
 
-    ``reason`` is one of ``fault``, ``out-of-bounds``, ``read-only-write``,
-    ``stack-overflow``, ``divergent-barrier``, ``early-exit``, ``timeout``, ``crash``.
-    """
-
-    def __init__(self, message: str, reason: str, kernel: str) -> None:
-        super().__init__(Diagnostic(message, rule=f"msl-{reason}"), kind="kernel-fault")
+    def __init__(self, message: str, reason: FaultReason, kernel: str) -> None:
+        super().__init__(Diagnostic(message, rule=f"msl-{reason.value}"), kind="kernel-fault")
         self.reason = reason
         self.kernel = kernel
 
@@ -300,15 +329,25 @@ _NO_GENERIC_SPACE = (
 _HINTS = (
     ("double precision constant", "write float literals with an f suffix (1.0f)"),
     ("requires cl_khr_fp64", "Metal has no double: use float"),
-    ("address space", _NO_GENERIC_SPACE),
     ("program scope variable", "Metal allows only `constant` variables at program scope"),
     ("static local variable", "Metal allows only `constant` variables at program scope"),
+    ("non-kernel function variable", "threadgroup variables live at kernel function scope"),
+    (
+        "PositionBinding",
+        "a position attribute is declared uint, uint2, uint3, ushort, ushort2 or ushort3",
+    ),
+    (
+        "BufferBinding",
+        "a [[buffer(n)]] parameter is `device T*`, `device const T*`, `constant T*` or "
+        "`constant T&`",
+    ),
+    ("address space", _NO_GENERIC_SPACE),
     ("unknown attribute", "msl_runtime/SUBSET.md lists the supported attributes"),
 )
 
 
 def _thread_spelling(quoted: re.Match[str]) -> str:
-    """``'__private float *__private'`` -> ``'thread float *'``; ``'__private int'`` -> ``'int'``."""
+    """``'__private float *__private'`` -> ``'thread float *'``, ``'__private int'`` -> ``'int'``"""
     text = re.sub(r"([*&])\s*__private\b", r"\1", quoted.group())
     if "*" in text or "&" in text:
         return text.replace("__private", "thread")
@@ -372,7 +411,7 @@ def _diagnostic(group: list[tuple[SourceLoc, str, str, bool]]) -> Diagnostic:
 _IR_DEFINE = re.compile(r"^define\b[^@]*@(?P<name>[\w.$]+|\"[^\"]+\")\(")
 _IR_CALL = re.compile(r"\bcall\b[^@]*@(?P<name>[\w.$]+|\"[^\"]+\")\(")
 _IR_DBG = re.compile(r"!dbg !(\d+)")
-_IR_META = re.compile(r"^!(?P<id>\d+) = (?:distinct )?!(?P<kind>\w+)\((?P<body>.*)\)$")
+_IR_META = re.compile(r"^!(?P<id>\d+) = (?:distinct )?!\w+\((?P<body>.*)\)$")
 
 
 def _dbg(line: str) -> str | None:
@@ -390,7 +429,7 @@ def _recursion_diagnostics(ir: str, filename: str) -> list[Diagnostic]:
     The language mode rejects function pointers and virtual calls, so the direct calls
     of the unoptimised IR are the whole call graph.
     """
-    meta: dict[str, tuple[str, dict[str, str]]] = {}
+    meta: dict[str | None, dict[str, str]] = {}
     calls: dict[str, list[tuple[str, str | None]]] = {}
     dbg_of: dict[str, str | None] = {}
     current: str | None = None
@@ -410,14 +449,13 @@ def _recursion_diagnostics(ir: str, filename: str) -> list[Diagnostic]:
         elif line.startswith("!"):
             m = _IR_META.match(line)
             if m:
-                meta[m["id"]] = (m["kind"], _meta_fields(m["body"]))
+                meta[m["id"]] = _meta_fields(m["body"])
     graph = {f: [c for c, _ in cs if c in calls] for f, cs in calls.items()}
     diagnostics = []
     for cycle in _cycles(graph):
-        names = [meta.get(dbg_of[f] or "", ("", {}))[1].get("name", f) for f in cycle]
-        site = next(d for c, d in calls[cycle[0]] if c == cycle[(1) % len(cycle)])
-        line = int(meta.get(site or "", ("", {}))[1].get("line", "0"))
-        col = int(meta.get(site or "", ("", {}))[1].get("column", "0"))
+        names = [meta.get(dbg_of[f], {}).get("name", f) for f in cycle]
+        site = meta.get(next(d for c, d in calls[cycle[0]] if c == cycle[1 % len(cycle)]), {})
+        line, col = int(site.get("line", "0")), int(site.get("column", "0"))
         path = " -> ".join([*names, names[0]])
         diagnostics.append(
             Diagnostic(
@@ -492,7 +530,7 @@ def _cycle_in(graph: dict[str, list[str]], component: set[str], start: str) -> l
 class _Checked:
     result: CheckResult
     rewritten: str
-    ir: str
+    kernels: dict[str, tuple[KernelParam, ...]]  # the kernels whose signature is usable
 
 
 def _run_check(source: str, filename: str) -> _Checked:
@@ -510,10 +548,16 @@ def _run_check(source: str, filename: str) -> _Checked:
     diagnostics = problems + _parse_diagnostics(proc.stderr, user_file, filename)
     if proc.returncode != 0 and not any(d.severity is Severity.ERROR for d in diagnostics):
         raise MslToolchainError(f"clang-19 failed without a diagnostic:\n{proc.stderr}")
+    kernels: dict[str, tuple[KernelParam, ...]] = {}
     if proc.returncode == 0:
         diagnostics += _recursion_diagnostics(proc.stdout, filename)
+        for name in _IR_KERNEL.findall(proc.stdout):
+            try:
+                kernels[name] = _kernel_params(rewritten, proc.stdout, name, filename)
+            except MslCompileError as e:
+                diagnostics += e.diagnostics
     result = CheckResult(tuple(diagnostics), time.perf_counter() - start)
-    return _Checked(result, rewritten, proc.stdout if proc.returncode == 0 else "")
+    return _Checked(result, rewritten, kernels)
 
 
 def check_msl(source: str, *, filename: str = "kernel.metal") -> CheckResult:
@@ -558,6 +602,7 @@ _POSITIONS = (
 _PARAM_ATTR = re.compile(r"\[\[\s*(?P<attr>\w+)\s*(?:\(\s*(?P<arg>\d+)\s*\))?\s*\]\]")
 _META_STRINGS = re.compile(r'!"((?:[^"\\]|\\.)*)"')
 _META_INTS = re.compile(r"i32 (-?\d+)")
+_IR_KERNEL = re.compile(r"^define [^@]*\bspir_kernel void @([\w.$]+)\(", re.M)
 
 
 def _split_params(masked: str, name: str, filename: str) -> list[tuple[str, int]]:
@@ -605,10 +650,12 @@ def _kernel_metadata(ir: str, name: str) -> dict[str, list[str]]:
     return out
 
 
-def _kernel_params(checked: _Checked, name: str, filename: str) -> tuple[KernelParam, ...]:
-    masked = _mask_comments(checked.rewritten)
+def _kernel_params(rewritten: str, ir: str, name: str, filename: str
+                   ) -> tuple[KernelParam, ...]:
+    """Bindings from the source's attributes, types from clang's kernel-argument metadata."""
+    masked = _mask_comments(rewritten)
     texts = _split_params(masked, name, filename)
-    meta = _kernel_metadata(checked.ir, name)
+    meta = _kernel_metadata(ir, name)
     if len(meta.get("type", [])) != len(texts):
         raise MslCompileError([Diagnostic(
             f"`{name}` is not a kernel of this source (or its signature could not be read)",
@@ -627,13 +674,20 @@ def _kernel_params(checked: _Checked, name: str, filename: str) -> tuple[KernelP
         if attr["attr"] == "buffer":
             params.append(_buffer_param(pname, int(attr["arg"] or -1), space, ctype,
                                         "const" in meta["type_qual"][i], spelled, loc))
+        elif attr["attr"] in _POSITIONS:
+            params.append(KernelParam(pname, ParamKind.POSITION, attr["attr"], -1, "", spelled,
+                                      True, line))
         else:
-            params.append(KernelParam(pname, attr["attr"], _POSITIONS.index(attr["attr"]),
-                                      "position", "", spelled, True, line))
-    indices = [p.index for p in params if p.binding == "buffer"]
-    if len(set(indices)) != len(indices):
-        raise MslCompileError([Diagnostic(f"`{name}` binds one [[buffer(n)]] index twice",
-                                          SourceLoc(filename, texts[0][1]), "msl-subset")])
+            raise MslCompileError([Diagnostic(
+                f"kernel parameter `{pname}` has attribute [[{attr['attr']}]], which is "
+                "outside the supported subset", loc, "msl-subset")])
+    seen: set[int] = set()
+    for p in params:
+        if p.index in seen:
+            raise MslCompileError([Diagnostic(f"`{name}` binds [[buffer({p.index})]] twice",
+                                              SourceLoc(filename, p.line), "msl-subset")])
+        if p.index >= 0:
+            seen.add(p.index)
     return tuple(params)
 
 
@@ -643,9 +697,10 @@ def _buffer_param(name: str, index: int, space: int, ctype: str, const: bool, sp
         raise MslCompileError([Diagnostic(f"[[buffer({index})]] is out of range 0..30", loc)])
     ref = re.fullmatch(r"__constant (.+?) &", ctype)
     if ref is not None:
-        kind, scalar = "constant&", ref.group(1)
+        kind, scalar = ParamKind.CONSTANT_REFERENCE, ref.group(1)
     elif ctype.endswith("*") and space in (1, 2):
-        kind, scalar = ("device*" if space == 1 else "constant*"), ctype[:-1].strip()
+        kind = ParamKind.DEVICE_POINTER if space == 1 else ParamKind.CONSTANT_POINTER
+        scalar = ctype[:-1].strip()
     else:
         raise MslCompileError([Diagnostic(
             f"kernel parameter `{name}` ({spelled}) is outside the subset: buffers are "
@@ -655,19 +710,31 @@ def _buffer_param(name: str, index: int, space: int, ctype: str, const: bool, sp
         raise MslCompileError([Diagnostic(
             f"kernel parameter `{name}` has element type `{scalar}`; the subset's buffers "
             f"hold {', '.join(_SCALARS)}", loc, "msl-subset")])
-    return KernelParam(name, "buffer", index, kind, scalar, spelled,
-                       kind != "device*" or const, loc.line)
+    read_only = kind is not ParamKind.DEVICE_POINTER or const
+    return KernelParam(name, kind, "buffer", index, scalar, spelled, read_only, loc.line)
 
 
 # ---- compiling -------------------------------------------------------------------------
 
-_TG_GLOBAL = re.compile(r"^(@\S+ = internal (?:unnamed_addr )?addrspace\(3\) global .*? "
+# Stack probes make a frame larger than a page touch the fiber's guard page instead of
+# jumping over it into the neighbouring fiber's stack.
+_KERNEL_FLAGS = ("-O2", "-fstack-clash-protection", "-S", "-emit-llvm")
+_LINK_FLAGS = ("-O2", "-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack",
+               "-Wno-override-module")
+_RUNTIME_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Werror", "-std=gnu11")
+
+_TG_GLOBAL = re.compile(r"^(@\S+ = internal (?:\w*unnamed_addr )?addrspace\(3\) global .*? "
                         r"(?:undef|poison))(.*)$", re.M)
+_ANY_TG_GLOBAL = re.compile(r"^@\S+ = .*\baddrspace\(3\) global ", re.M)
 
 
 def _place_threadgroup_memory(ir: str) -> str:
     """Put the kernel-scope threadgroup arrays into the section the runtime refills."""
-    return _TG_GLOBAL.sub(rf'\1, section "{_TG_SECTION}"\2', ir)
+    placed, count = _TG_GLOBAL.subn(rf'\1, section "{_TG_SECTION}"\2', ir)
+    if count != len(_ANY_TG_GLOBAL.findall(ir)):
+        raise MslToolchainError("could not place every threadgroup variable of the LLVM IR "
+                                f"into section {_TG_SECTION}: the IR form changed")
+    return placed
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -685,15 +752,15 @@ def _run_clang(args: list[str], what: str) -> None:
 
 def _runtime_object(cache: Path, clang: str) -> Path:
     source = _runtime_file(_RUNTIME)
-    flags = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Werror", "-std=gnu11"]
     key = hashlib.sha256(
-        "\0".join([_clang_version(clang), *flags, source.read_text()]).encode()
+        "\0".join([_clang_version(clang), *_RUNTIME_FLAGS, source.read_text()]).encode()
     ).hexdigest()[:24]
     obj = cache / f"mtl_runtime-{key}.o"
     if not obj.exists():
         with tempfile.TemporaryDirectory(dir=cache, prefix=".rt-") as tmp:
             out = Path(tmp) / "rt.o"
-            _run_clang([*flags, "-c", str(source), "-o", str(out)], "compile mtl_runtime.c")
+            _run_clang([*_RUNTIME_FLAGS, "-c", str(source), "-o", str(out)],
+                       "compile mtl_runtime.c")
             _atomic_write(obj, out.read_bytes())
     return obj
 
@@ -719,12 +786,17 @@ def compile_msl(source: str, kernel_name: str, *, cache_dir: Path | None = None,
     clang = _clang()
     checked = _run_check(source, filename)
     checked.result.raise_for_errors()
-    params = _kernel_params(checked, kernel_name, filename)
+    params = checked.kernels.get(kernel_name)
+    if params is None:
+        raise MslCompileError([Diagnostic(
+            f"no kernel `{kernel_name}` in the source (it defines: "
+            f"{', '.join(checked.kernels) or 'no kernels'})", SourceLoc(filename, 1))])
     unit = f'{checked.rewritten}\nextern "C" void {_ENTRY}(void) {{ {kernel_name}(); }}\n'
     header, runtime = _runtime_file(_HEADER), _runtime_file(_RUNTIME)
     flags = _msl_flags(header)
     key = hashlib.sha256("\0".join([
-        _clang_version(clang), *flags, header.read_text(), runtime.read_text(), unit,
+        _clang_version(clang), *flags, *_KERNEL_FLAGS, *_LINK_FLAGS, *_RUNTIME_FLAGS,
+        header.read_text(), runtime.read_text(), unit,
     ]).encode()).hexdigest()[:32]
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -735,11 +807,10 @@ def compile_msl(source: str, kernel_name: str, *, cache_dir: Path | None = None,
         with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
             src, ll, so = Path(tmp) / "kernel.metal", Path(tmp) / "kernel.ll", Path(tmp) / "k.so"
             src.write_text(unit)
-            _run_clang([*flags, "-O2", "-S", "-emit-llvm", "-o", str(ll), str(src)],
+            _run_clang([*flags, *_KERNEL_FLAGS, "-o", str(ll), str(src)],
                        f"compile kernel `{kernel_name}`")
             ll.write_text(_place_threadgroup_memory(ll.read_text()))
-            _run_clang(["-O2", "-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack",
-                        "-Wno-override-module", str(ll), str(rt_obj), "-lm", "-o", str(so)],
+            _run_clang([*_LINK_FLAGS, str(ll), str(rt_obj), "-lm", "-o", str(so)],
                        f"link kernel `{kernel_name}`")
             _atomic_write(so_path, so.read_bytes())
     return EmulatedKernel(kernel_name, params, so_path, time.perf_counter() - start, cached)
@@ -793,9 +864,12 @@ class _Report(ctypes.Structure):
 _ORDERS: dict[str, int] = {"forward": 0, "reverse": 1, "random": 2}
 _STATUS_FAULT, _STATUS_DIVERGENT, _STATUS_EARLY_EXIT = 1, 2, 3
 _STATUS_TIMEOUT, _STATUS_SETUP, _STATUS_CRASH, _STATUS_UNDERRUN = 4, 5, 6, 7
-_REGION_DATA, _REGION_AFTER, _REGION_BEFORE, _REGION_STACK = 1, 2, 3, 4
-_SIGNALS = {4: "illegal instruction", 5: "trap", 7: "bus error", 8: "arithmetic trap "
-            "(integer division by zero?)", 9: "killed", 11: "segmentation fault"}
+_REGION_DATA, _REGION_AFTER, _REGION_STACK = 1, 2, 4
+
+
+def _signal_name(signo: int) -> str:
+    name = signal.strsignal(signo) or f"signal {signo}"
+    return f"{name} (an integer division by zero?)" if signo == signal.SIGFPE else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -811,7 +885,7 @@ class EmulatedKernel:
     @property
     def buffers(self) -> tuple[KernelParam, ...]:
         """The ``[[buffer(n)]]`` parameters in index order: what :meth:`run` takes."""
-        return tuple(sorted((p for p in self.params if p.binding == "buffer"),
+        return tuple(sorted((p for p in self.params if p.index >= 0),
                             key=lambda p: p.index))
 
     def run(
@@ -848,8 +922,8 @@ class EmulatedKernel:
             if staged is not array and not launch.readonly[index]:
                 array[...] = staged
         return RunReport(
-            self.name, tuple(grid), tuple(threads_per_group), order, seed,  # type: ignore[arg-type]
-            report.elapsed_s, report.groups_done, report.barriers_passed, report.switches,
+            self.name, _dims(grid), _dims(threads_per_group), order, seed, report.elapsed_s,
+            report.groups_done, report.barriers_passed, report.switches,
             tuple(i for i, _, _ in keep if not launch.readonly[i]),
         )
 
@@ -865,9 +939,15 @@ class EmulatedKernel:
         for what, dims in (("grid", grid), ("threads_per_group", tpg)):
             if len(dims) != 3 or any(int(d) < 1 for d in dims):
                 raise ValueError(f"{what} must be three positive integers, got {dims!r}")
+        if int(np.prod(grid, dtype=np.int64)) >= 2**32:
+            raise ValueError(f"grid {grid} has 2**32 threadgroups or more")
         if int(np.prod(tpg)) > MAX_THREADS_PER_GROUP:
             raise ValueError(f"threads_per_group {tpg} exceeds Metal's "
                              f"{MAX_THREADS_PER_GROUP} threads per threadgroup")
+        unknown = read_only - {p.index for p in buffers}
+        if unknown:
+            raise ValueError(f"read_only names {sorted(unknown)}, which are not buffers of "
+                             f"`{self.name}`")
         launch = _Launch()
         launch.nbuffers = max(p.index for p in buffers) + 1 if buffers else 0
         launch.grid[:] = [int(g) for g in grid]
@@ -892,31 +972,32 @@ class EmulatedKernel:
                 f"divergent barrier in threadgroup {group} of `{self.name}`: thread "
                 f"{_xyz(r.thread)} waits at the barrier at line {r.line}:{r.column} while "
                 f"thread {_xyz(r.other_thread)} waits at line {r.other_line}:{r.other_column}",
-                "divergent-barrier", self.name)
+                FaultReason.DIVERGENT_BARRIER, self.name)
         if r.status == _STATUS_EARLY_EXIT:
             return KernelFault(
                 f"early exit in threadgroup {group} of `{self.name}`: thread "
                 f"{_xyz(r.other_thread)} returned while thread {_xyz(r.thread)} waits at the "
-                f"barrier at line {r.line}:{r.column}", "early-exit", self.name)
+                f"barrier at line {r.line}:{r.column}", FaultReason.EARLY_EXIT, self.name)
         if r.status == _STATUS_TIMEOUT:
             return KernelFault(f"`{self.name}` ran past its {timeout_s:g} s timeout, in {who}",
-                               "timeout", self.name)
+                               FaultReason.TIMEOUT, self.name)
         if r.status == _STATUS_UNDERRUN:
             return KernelFault(
-                f"`{self.name}` wrote {-r.offset} bytes before the start of "
-                f"{self._buffer(r.buffer).describe()}", "out-of-bounds", self.name)
+                f"out-of-bounds write before the start of {self._buffer(r.buffer).describe()} "
+                f"(found after the run: the first changed byte is at offset {r.offset})",
+                FaultReason.OUT_OF_BOUNDS, self.name)
         if r.status == _STATUS_FAULT:
             return self._signal_fault(r, who)
         if r.status == _STATUS_SETUP:
             return KernelFault(f"could not set up the run of `{self.name}` (errno "
-                               f"{r.errno_value})", "setup", self.name)
+                               f"{r.errno_value})", FaultReason.SETUP, self.name)
         return KernelFault(f"the process running `{self.name}` died "
-                           f"({_SIGNALS.get(r.signo, f'signal {r.signo}')}) without a report",
-                           "crash", self.name)
+                           f"({_signal_name(r.signo)}) without a report",
+                           FaultReason.CRASH, self.name)
 
     def _signal_fault(self, r: _Report, who: str) -> KernelFault:
         access = {1: "write", 0: "read"}.get(r.is_write, "access")
-        kind = _SIGNALS.get(r.signo, f"signal {r.signo}")
+        kind = _signal_name(r.signo)
         if r.buffer >= 0:
             param = self._buffer(r.buffer)
             size = param.dtype.itemsize
@@ -924,19 +1005,26 @@ class EmulatedKernel:
             if r.region == _REGION_DATA:
                 return KernelFault(
                     f"{access} to read-only {param.describe()} at {where} by {who}",
-                    "read-only-write", self.name)
+                    FaultReason.READ_ONLY_WRITE, self.name)
             side = "past the end" if r.region == _REGION_AFTER else "before the start"
             return KernelFault(
                 f"out-of-bounds {access} {side} of {param.describe()} at {where} by {who}",
-                "out-of-bounds", self.name)
+                FaultReason.OUT_OF_BOUNDS, self.name)
         if r.region == _REGION_STACK:
-            return KernelFault(f"stack overflow in {who} (thread stacks are small: deep "
-                               "calls or large thread arrays)", "stack-overflow", self.name)
-        return KernelFault(f"{kind}: {access} at address {r.fault_addr:#x} by {who}",
-                           "fault", self.name)
+            return KernelFault(f"stack overflow in {who} (thread stacks hold stack_bytes: deep "
+                               "calls or large thread arrays)", FaultReason.STACK_OVERFLOW,
+                               self.name)
+        if r.signo in (signal.SIGSEGV, signal.SIGBUS):
+            return KernelFault(f"{kind}: {access} at address {r.fault_addr:#x}, outside every "
+                               f"buffer, by {who}", FaultReason.FAULT, self.name)
+        return KernelFault(f"{kind} in {who}", FaultReason.FAULT, self.name)
 
     def _buffer(self, index: int) -> KernelParam:
         return next(p for p in self.buffers if p.index == index)
+
+
+def _dims(v: Sequence[int]) -> tuple[int, int, int]:
+    return int(v[0]), int(v[1]), int(v[2])
 
 
 def _xyz(v: Sequence[int]) -> str:
@@ -946,7 +1034,7 @@ def _xyz(v: Sequence[int]) -> str:
 def _stage(param: KernelParam, arg: np.ndarray | int | float, readonly: bool
            ) -> tuple[np.ndarray, np.ndarray]:
     """The caller's array and the contiguous array whose bytes the kernel sees."""
-    if param.kind == "constant&":
+    if param.kind is ParamKind.CONSTANT_REFERENCE:
         if isinstance(arg, np.ndarray) and arg.size != 1:
             raise TypeError(f"{param.describe()} takes a scalar, got an array of shape "
                             f"{arg.shape}")

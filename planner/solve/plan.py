@@ -89,6 +89,18 @@ class ResourcePeak:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """An explicit Memory allocation: a fixed occupant whose version count is planned."""
+
+    name: str
+    resource: str
+    bytes: int  # one version, padding and alignment included
+    versions: int = 1
+    max_versions: int = 1
+    lifetime: tuple[int, int] = (0, 0)  # program points [first, end)
+
+
+@dataclass(frozen=True, slots=True)
 class ProofSummary:
     name: str  # e.g. "can_access", "factorization", "capacity", "injectivity", "int64"
     status: str  # "proved" | "refuted" | "unknown" | "skipped"
@@ -112,6 +124,8 @@ class MaterializationPlan:
     proofs: tuple[ProofSummary, ...] = ()
     explanation: tuple[str, ...] = ()  # for infeasible plans: the violated groups, numbers
     content_hash: str = ""  # of kernel text, catalog, bindings, policy, baseline
+    memories: tuple[MemoryPlan, ...] = ()  # explicit Memory: fixed occupants, versions
+    bound: int = 0  # the solver's lower bound on the objective (== objective if optimal)
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

@@ -19,6 +19,10 @@ milliseconds where 64-bit bit-vector products time out).  ``floordiv``, ``mod`` 
 ``ceildiv`` follow Python's floor semantics for either sign of divisor; each
 divisor that is not a known non-zero constant is recorded in
 :attr:`SymbolSpace.divisors` so a totality proof can ask whether it may be zero.
+
+Every term lives in the space's own :class:`z3.Context` (``SymbolSpace.ctx``): z3's
+default global context is not thread-safe, and the service proves kernels from
+several threads.  Share one context between the spaces of one proof run.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ class SymbolSpace:
     def __init__(self, bindings: Mapping[str, int] | None = None,
                  symbol_bounds: Mapping[str, tuple[int, int]] | None = None,
                  default_bounds: tuple[int, int] = DEFAULT_SYMBOL_BOUNDS,
-                 prefix: str = "") -> None:
+                 prefix: str = "", ctx: z3.Context | None = None) -> None:
+        self.ctx = ctx if ctx is not None else z3.Context()
         self.bindings = {k: int(v) for k, v in (bindings or {}).items()}
         self.bounds = dict(symbol_bounds or {})
         self.default_bounds = default_bounds
@@ -82,7 +87,7 @@ class SymbolSpace:
     def var(self, name: str) -> z3.ArithRef:
         v = self.vars.get(name)
         if v is None:
-            v = self.vars[name] = z3.Int(self.prefix + name)
+            v = self.vars[name] = z3.Int(self.prefix + name, self.ctx)
         return v
 
     # -- translation ---------------------------------------------------------------
@@ -92,7 +97,7 @@ class SymbolSpace:
 
     def _term(self, e: Expr) -> z3.ArithRef:
         if isinstance(e, Const):
-            return z3.IntVal(e.value)
+            return z3.IntVal(e.value, self.ctx)
         if isinstance(e, Sym):
             return self.var(e.name)
         assert isinstance(e, Apply)
@@ -135,7 +140,22 @@ class SymbolSpace:
 
     def nonzero_divisors(self) -> z3.BoolRef:
         """True when every recorded divisor is non-zero (the terms are total)."""
-        return z3.And([d != 0 for d in self.divisors]) if self.divisors else z3.BoolVal(True)
+        if not self.divisors:
+            return z3.BoolVal(True, self.ctx)
+        return z3.And([d != 0 for d in self.divisors])
+
+    def int_var(self, name: str) -> z3.ArithRef:
+        """A helper variable (an index, a coordinate) that no kernel symbol can name."""
+        return z3.Int(f"!{self.prefix}{name}", self.ctx)
+
+    def int_val(self, value: int) -> z3.ArithRef:
+        return z3.IntVal(value, self.ctx)
+
+    def bool_val(self, value: bool) -> z3.BoolRef:
+        return z3.BoolVal(value, self.ctx)
+
+    def solver(self) -> z3.Solver:
+        return z3.Solver(ctx=self.ctx)
 
     def model_values(self, model: z3.ModelRef) -> dict[str, int]:
         """The counterexample's symbol values (bindings excluded: they are given)."""

@@ -2,43 +2,60 @@
 
 A :class:`~planner.ir.layout.Layout` maps a logical element ``u`` to::
 
-    o(u)       = sum_i u_i * stride_i                     (strided offset, integers)
-    phys(u)    = swizzle_n(... swizzle_1(o(u)))           (XOR, CUTLASS convention)
-    storage    = round_up(1 + sum_i (extent_i - 1) * |stride_i|, 2**T)   (0 if empty)
+    o(u)     = sum_i u_i * stride_i                        (strided offset, integers)
+    phys(u)  = swizzle_n(... swizzle_1(o(u)))              (XOR, CUTLASS convention)
+    storage  = round_up(1 + sum_i (extent_i - 1) * |stride_i|, 2**T)   (0 if empty)
 
-where ``T`` is the largest swizzle block exponent ``bits + base + shift``.  Whole-tile
-storage needs ``phys`` injective on the domain (S13), and every active event must
-land in ``[0, storage)`` (S20: the composed access is total).
+where ``T`` is the largest swizzle block exponent ``bits + base + shift`` (this is
+:meth:`Layout.storage_elements`, the size capacity is charged for).  Whole-tile storage
+needs ``phys`` injective on the domain (S13), and every active event must land in
+``[0, storage)`` (S20: the composed access is total).
 
-**Encoding.**  A swizzle only reads and writes bits below ``T``, so with
-``o = q * 2**T + r`` (``0 ≤ r < 2**T``, floor semantics, also for a negative ``o``)
-the physical offset is ``q * 2**T + swz(r)``.  ``q`` and the strided sum stay
-unbounded z3 integers (cheap, even with symbolic extents and strides); only the
-``T``-bit remainder ``r`` is a bit-vector, where XOR is native.  This is the "bit-vectors
-only where XOR needs them" rule of the performance notes: a 64-bit bit-vector of the
-whole offset makes symbolic products time out, an integer XOR does not exist.
+**Swizzles in bit-vectors.**  A swizzle only reads and writes bits below ``T``, so with
+``o = q * 2**T + r`` (``0 ≤ r < 2**T``, floor semantics) ``phys = q * 2**T + swz(r)``.
+:func:`symbolic_access` encodes exactly that: ``q`` and the strided sum are unbounded
+z3 integers, only the ``T``-bit remainder is a bit-vector where XOR is native (the
+performance notes: a 64-bit bit-vector of the whole offset times out on symbolic
+products).  Faster still, :func:`prove_swizzle_bijective` proves once, in ``T``-bit
+bit-vectors, that the swizzle chain permutes ``[0, 2**T)``.  Then
 
-**Strategy.**  Everything concrete and at most :data:`ENUMERATION_LIMIT` elements: numpy
-enumeration (milliseconds, exact counterexample).  Otherwise z3 searches for a
-counterexample under the symbols' bounds and reports ``unknown`` when it gives up.
-For symbolic strides, the valid bounds ``0 ≤ u_i·s_i ≤ (e_i-1)·s_i`` (for ``s_i ≥ 0``)
-are added as lemmas: they keep the in-bounds query linear in the product terms.
+* ``phys`` is injective  ⇔  ``o`` is injective (same ``q``, bijective remainder), and
+* ``phys`` in ``[0, storage)``  ⇔  ``o`` in ``[0, span)``, because ``storage`` rounds
+  ``span`` up to a multiple of ``2**T``,
+
+so both properties reduce to integer questions about the strided part.  When the
+bijection cannot be proved the composed encoding is used directly.
+
+**Strided part.**  In-bounds: ``0 ≤ o(u) < span`` for every ``u`` of a non-empty domain
+iff every dimension with extent ≥ 2 has a non-negative stride (then ``span - 1`` is the
+largest offset), and every divisor in the terms is non-zero: one small z3 query over
+the symbols only.  Injectivity: the mixed-radix criterion (some order of the dimensions
+in which each stride exceeds the reach ``sum (e_j - 1) s_j`` of the ones before) is
+sufficient and is tried first, for orders guessed from sample symbol values; when it
+does not hold, z3 searches for two distinct indices with one offset, which is exact.
+
+Concrete layouts of at most :data:`ENUMERATION_LIMIT` elements are enumerated with numpy
+(milliseconds, exact).  Every z3 query runs under the caller's time limit and reports
+``unknown`` when z3 gives up.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import z3
 
-from planner.ir.expr import Const
+from planner.ir.expr import Const, Expr
 from planner.ir.layout import Layout, XorSwizzle
 from planner.solve.z3_exprs import SymbolSpace, check
 
 #: Concrete layouts with at most this many elements are checked by enumeration.
 ENUMERATION_LIMIT = 1 << 20
 _ENUM_OFFSET_LIMIT = 1 << 62  # numpy int64 offsets stay exact below this
+_SAMPLE_VALUES = (64, 1000)  # symbol values used to guess a dimension order
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +65,18 @@ class Verdict:
     status: str  # "proved" | "refuted" | "unknown"
     detail: str
     counterexample: dict[str, int] | None = None
-    method: str = ""  # "enumeration" | "z3" | "trivial"
+    method: str = ""  # "enumeration" | "criterion" | "z3" | "trivial"
 
 
-# --------------------------------------------------------------------------- helpers
+def _unknown(solver: z3.Solver, time_limit_ms: int, what: str) -> Verdict:
+    return Verdict("unknown", f"z3 gave up on {what} ({solver.reason_unknown()}) within "
+                   f"{time_limit_ms} ms", None, "z3")
 
 
-def swizzle_block_bits(swizzles: tuple[XorSwizzle, ...]) -> int:
+# --------------------------------------------------------------------------- swizzles
+
+
+def swizzle_block_bits(swizzles: Sequence[XorSwizzle]) -> int:
     """``T``: every swizzle permutes offsets inside aligned blocks of ``2**T``."""
     return max((sw.bits + sw.base + sw.shift for sw in swizzles), default=0)
 
@@ -63,7 +85,43 @@ def swizzle_bv(sw: XorSwizzle, r: z3.BitVecRef) -> z3.BitVecRef:
     """``r ^ ((r & (mask << (base + shift))) >> shift)`` on a bit-vector."""
     width = r.size()
     mask = (((1 << sw.bits) - 1) << (sw.base + sw.shift)) & ((1 << width) - 1)
-    return r ^ z3.LShR(r & z3.BitVecVal(mask, width), sw.shift)
+    return r ^ z3.LShR(r & z3.BitVecVal(mask, width, r.ctx), sw.shift)
+
+
+def apply_swizzles(swizzles: Sequence[XorSwizzle], offset: int) -> int:
+    for sw in swizzles:
+        offset = int(sw.apply(offset))
+    return offset
+
+
+@functools.lru_cache(maxsize=256)
+def prove_swizzle_bijective(swizzles: tuple[XorSwizzle, ...], time_limit_ms: int = 2000
+                            ) -> Verdict:
+    """The swizzle chain permutes ``[0, 2**T)``: no two remainders collide (bit-vectors)."""
+    t = swizzle_block_bits(swizzles)
+    if t == 0:
+        return Verdict("proved", "no swizzle", None, "trivial")
+    ctx = z3.Context()  # a private context: this runs from any thread (see z3_exprs)
+    a, b = z3.BitVecs("swz_a swz_b", t, ctx)
+    fa, fb = a, b
+    for sw in swizzles:
+        fa, fb = swizzle_bv(sw, fa), swizzle_bv(sw, fb)
+    s = z3.Solver(ctx=ctx)
+    s.add(a != b, fa == fb)
+    res = check(s, time_limit_ms)
+    chain = " ∘ ".join(str(sw) for sw in reversed(swizzles))
+    if res == z3.unsat:
+        return Verdict("proved", f"{chain} permutes every aligned block of 2**{t} offsets "
+                       f"({t}-bit bit-vector proof)", None, "z3")
+    if res == z3.unknown:
+        return _unknown(s, time_limit_ms, "the swizzle bijection")
+    m = s.model()
+    va, vb = m[a].as_long(), m[b].as_long()
+    return Verdict("refuted", f"{chain} maps {va} and {vb} to the same offset",
+                   {"r0": va, "r1": vb}, "z3")
+
+
+# --------------------------------------------------------------------------- terms
 
 
 def concrete_layout(layout: Layout, space: SymbolSpace) -> tuple[list[int], list[int]] | None:
@@ -75,8 +133,8 @@ def concrete_layout(layout: Layout, space: SymbolSpace) -> tuple[list[int], list
             [space.evaluate(s) for s in layout.strides])
 
 
-def concrete_storage(extents: list[int], strides: list[int],
-                     swizzles: tuple[XorSwizzle, ...]) -> int:
+def concrete_storage(extents: Sequence[int], strides: Sequence[int],
+                     swizzles: Sequence[XorSwizzle]) -> int:
     """Storage elements of a concrete layout, padding and swizzle blocks included."""
     if any(e <= 0 for e in extents):
         return 0
@@ -89,28 +147,32 @@ def storage_term(layout: Layout, space: SymbolSpace) -> z3.ArithRef:
     """The storage size in elements as a z3 term (0 when the domain may be empty)."""
     exts = [space.to_z3(e) for e in layout.shape]
     strides = [space.to_z3(s) for s in layout.strides]
-    span = 1 + z3.Sum([(e - 1) * z3.If(s >= 0, s, -s) for e, s in zip(exts, strides,
-                                                                      strict=True)] or [0])
+    span = 1 + z3.Sum([(e - 1) * z3.If(s >= 0, s, -s)
+                       for e, s in zip(exts, strides, strict=True)] or [space.int_val(0)])
     block = 1 << swizzle_block_bits(layout.swizzles)
     rounded = span if block == 1 else ((span + (block - 1)) / block) * block
-    nonempty = z3.And([e > 0 for e in exts]) if exts else z3.BoolVal(True)
-    return z3.If(nonempty, rounded, 0)
+    return z3.If(_nonempty(exts, space), rounded, 0)
+
+
+def _nonempty(exts: list[z3.ArithRef], space: SymbolSpace) -> z3.BoolRef:
+    return z3.And([e > 0 for e in exts]) if exts else space.bool_val(True)
 
 
 @dataclass
-class _Access:
-    """z3 terms of one symbolic logical index and its physical offset."""
+class SymbolicAccess:
+    """z3 terms of one logical index in the domain and its composed physical offset."""
 
     index: list[z3.ArithRef]
     offset: z3.ArithRef
     facts: list[z3.BoolRef]
 
 
-def symbolic_access(layout: Layout, space: SymbolSpace, tag: str) -> _Access:
-    """A fresh logical index ``tag[i]`` in the domain and its physical offset."""
+def symbolic_access(layout: Layout, space: SymbolSpace, tag: str,
+                    swizzled: bool = True) -> SymbolicAccess:
+    """A fresh index ``tag0, tag1, ...`` in the domain and ``phys`` (or ``o``) of it."""
     exts = [space.to_z3(e) for e in layout.shape]
     strides = [space.to_z3(s) for s in layout.strides]
-    index = [z3.Int(f"{space.prefix}{tag}{i}") for i in range(layout.rank)]
+    index = [space.int_var(f"{tag}{i}") for i in range(layout.rank)]
     facts: list[z3.BoolRef] = []
     products = []
     for u, e, s, s_expr in zip(index, exts, strides, layout.strides, strict=True):
@@ -121,20 +183,30 @@ def symbolic_access(layout: Layout, space: SymbolSpace, tag: str) -> _Access:
             # Valid lemmas (monotonicity of u * s on the domain) that keep z3 linear.
             facts.append(z3.Implies(s >= 0, z3.And(p >= 0, p <= (e - 1) * s)))
             facts.append(z3.Implies(s < 0, z3.And(p <= 0, p >= (e - 1) * s)))
-    strided = z3.Sum(products) if products else z3.IntVal(0)
-    t = swizzle_block_bits(layout.swizzles)
+    strided = z3.Sum(products) if products else space.int_val(0)
+    t = swizzle_block_bits(layout.swizzles) if swizzled else 0
     if t == 0:
-        return _Access(index, strided, facts)
-    q = z3.Int(f"{space.prefix}{tag}_q")
-    r = z3.BitVec(f"{space.prefix}{tag}_r", t)
+        return SymbolicAccess(index, strided, facts)
+    q = space.int_var(f"{tag}_q")
+    r = z3.BitVec(f"!{space.prefix}{tag}_r", t, space.ctx)
     facts.append(strided == q * (1 << t) + z3.BV2Int(r))
     for sw in layout.swizzles:
         r = swizzle_bv(sw, r)
-    return _Access(index, q * (1 << t) + z3.BV2Int(r), facts)
+    return SymbolicAccess(index, q * (1 << t) + z3.BV2Int(r), facts)
 
 
-def _index_cex(prefix: str, values: list[int]) -> dict[str, int]:
-    return {f"{prefix}{i}": v for i, v in enumerate(values)}
+def _index_cex(prefix: str, values: Sequence[int]) -> dict[str, int]:
+    return {f"{prefix}{i}": int(v) for i, v in enumerate(values)}
+
+
+def _symbols_text(values: dict[str, int]) -> str:
+    if not values:
+        return ""
+    return " when " + ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def _evals(m: z3.ModelRef, terms: Sequence[z3.ArithRef]) -> list[int]:
+    return [m.eval(x, model_completion=True).as_long() for x in terms]
 
 
 # --------------------------------------------------------------------------- injectivity
@@ -147,10 +219,26 @@ def prove_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int = 200
         return Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
     if conc is not None and _enumerable(*conc):
         return _enumerate_injective(layout, *conc)
-    return _z3_injective(layout, space, time_limit_ms)
+    swz = prove_swizzle_bijective(layout.swizzles, time_limit_ms)
+    if swz.status != "proved":
+        return _z3_injective(layout, space, time_limit_ms, swizzled=True)
+    note = "" if not layout.swizzles else f"; {swz.detail}"
+    if conc is not None:
+        order = _concrete_criterion_order(*conc)
+        if order is not None:
+            return Verdict("proved", "strides in order of dims "
+                           f"{list(order)} each exceed the reach of the smaller ones{note}",
+                           None, "criterion")
+    else:
+        verdict = _symbolic_criterion(layout, space, time_limit_ms)
+        if verdict is not None:
+            return Verdict("proved", verdict + note, None, "criterion")
+    out = _z3_injective(layout, space, time_limit_ms, swizzled=False)
+    return Verdict(out.status, out.detail + (note if out.status == "proved" else ""),
+                   out.counterexample, out.method)
 
 
-def _enumerable(extents: list[int], strides: list[int]) -> bool:
+def _enumerable(extents: Sequence[int], strides: Sequence[int]) -> bool:
     n = 1
     for e in extents:
         n *= max(e, 0)
@@ -158,7 +246,7 @@ def _enumerable(extents: list[int], strides: list[int]) -> bool:
     return n <= ENUMERATION_LIMIT and reach < _ENUM_OFFSET_LIMIT
 
 
-def _offsets(layout: Layout, extents: list[int], strides: list[int]) -> np.ndarray:
+def _offsets(layout: Layout, extents: Sequence[int], strides: Sequence[int]) -> np.ndarray:
     out = np.zeros(extents, dtype=np.int64)
     for axis, (n, st) in enumerate(zip(extents, strides, strict=True)):
         view = [1] * len(extents)
@@ -172,8 +260,7 @@ def _offsets(layout: Layout, extents: list[int], strides: list[int]) -> np.ndarr
 def _enumerate_injective(layout: Layout, extents: list[int], strides: list[int]) -> Verdict:
     offs = _offsets(layout, extents, strides)
     flat = offs.reshape(-1)
-    n = flat.size
-    if n >= 2:
+    if flat.size >= 2:
         order = np.argsort(flat, kind="stable")
         dup = np.nonzero(flat[order][1:] == flat[order][:-1])[0]
         if dup.size:
@@ -183,34 +270,81 @@ def _enumerate_injective(layout: Layout, extents: list[int], strides: list[int])
             cex = {**_index_cex("u", ua), **_index_cex("v", ub), "offset": int(flat[a])}
             return Verdict("refuted", f"elements {ua} and {ub} both map to storage offset "
                            f"{int(flat[a])}", cex, "enumeration")
-    return Verdict("proved", f"all {n:,} elements map to distinct offsets", None,
+    return Verdict("proved", f"all {flat.size:,} elements map to distinct offsets", None,
                    "enumeration")
 
 
-def _z3_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Verdict:
-    a = symbolic_access(layout, space, "u")
-    b = symbolic_access(layout, space, "v")
-    s = z3.Solver()
-    s.add(*a.facts, *b.facts)
-    s.add(z3.Or([x != y for x, y in zip(a.index, b.index, strict=True)] or [False]))
+def _concrete_criterion_order(extents: list[int], strides: list[int]) -> tuple[int, ...] | None:
+    dims = sorted((i for i, e in enumerate(extents) if e >= 2), key=lambda i: strides[i])
+    reach = 0
+    for i in dims:
+        if strides[i] < 0 or strides[i] <= reach:
+            return None
+        reach += (extents[i] - 1) * strides[i]
+    return tuple(dims)
+
+
+def _criterion(exts: list[z3.ArithRef], strides: list[z3.ArithRef],
+               order: Sequence[int], space: SymbolSpace) -> z3.BoolRef:
+    parts, reach = [space.bool_val(True)], space.int_val(0)
+    for i in order:
+        parts.append(z3.Or(exts[i] <= 1, z3.And(strides[i] >= 0, strides[i] > reach)))
+        reach = reach + (exts[i] - 1) * strides[i]
+    return z3.Or(z3.Not(_nonempty(exts, space)), z3.And(parts))
+
+
+def _guess_orders(layout: Layout, space: SymbolSpace) -> list[tuple[int, ...]]:
+    free = space.free_symbols((*layout.shape, *layout.strides))
+    orders: list[tuple[int, ...]] = [tuple(reversed(range(layout.rank)))]
+    for value in _SAMPLE_VALUES:
+        env = dict(space.bindings)
+        for name in free:
+            lo, hi = space.bounds.get(name, space.default_bounds)
+            env[name] = min(max(value, lo), hi)
+        try:
+            vals = [space.substitute(s).evaluate(env) for s in layout.strides]
+        except (KeyError, ZeroDivisionError):
+            continue
+        orders.append(tuple(sorted(range(layout.rank), key=lambda i, v=vals: v[i])))
+    return list(dict.fromkeys(orders))
+
+
+def _symbolic_criterion(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> str | None:
+    exts = [space.to_z3(e) for e in layout.shape]
+    strides = [space.to_z3(s) for s in layout.strides]
+    for order in _guess_orders(layout, space):
+        s = space.solver()
+        s.add(*space.constraints(), z3.Not(_criterion(exts, strides, order, space)))
+        if check(s, max(1, time_limit_ms // 4)) == z3.unsat:
+            return (f"z3: for all symbol values within bounds, the strides in order of dims "
+                    f"{list(order)} each exceed the reach of the smaller ones")
+    return None
+
+
+def _z3_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int,
+                  swizzled: bool) -> Verdict:
+    a = symbolic_access(layout, space, "u", swizzled)
+    b = symbolic_access(layout, space, "v", swizzled)
+    s = space.solver()
+    s.add(*a.facts, *b.facts, *space.constraints())
+    s.add(z3.Or([x != y for x, y in zip(a.index, b.index, strict=True)]
+                or [space.bool_val(False)]))
     s.add(a.offset == b.offset)
-    s.add(*space.constraints())
     res = check(s, time_limit_ms)
     if res == z3.unsat:
         return Verdict("proved", "z3: no two distinct elements share an offset for any "
                        "symbol values within bounds", None, "z3")
     if res == z3.unknown:
-        return Verdict("unknown", f"z3 gave up ({s.reason_unknown()}) within "
-                       f"{time_limit_ms} ms", None, "z3")
+        return _unknown(s, time_limit_ms, "injectivity")
     m = s.model()
-    ua = [m.eval(x, model_completion=True).as_long() for x in a.index]
-    ub = [m.eval(x, model_completion=True).as_long() for x in b.index]
-    off = m.eval(a.offset, model_completion=True).as_long()
+    ua, ub = _evals(m, a.index), _evals(m, b.index)
     syms = space.model_values(m)
+    off = m.eval(a.offset, model_completion=True).as_long()
+    if not swizzled:
+        off = apply_swizzles(layout.swizzles, off)
     cex = {**syms, **_index_cex("u", ua), **_index_cex("v", ub), "offset": off}
-    where = _symbols_text(syms)
     return Verdict("refuted", f"elements {ua} and {ub} both map to storage offset {off}"
-                   f"{where}", cex, "z3")
+                   f"{_symbols_text(syms)}", cex, "z3")
 
 
 # --------------------------------------------------------------------------- bounds
@@ -223,7 +357,14 @@ def prove_in_bounds(layout: Layout, space: SymbolSpace, time_limit_ms: int = 200
         return Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
     if conc is not None and _enumerable(*conc):
         return _enumerate_in_bounds(layout, *conc)
-    return _z3_in_bounds(layout, space, time_limit_ms)
+    swz = prove_swizzle_bijective(layout.swizzles, time_limit_ms)
+    if swz.status != "proved":
+        return _z3_in_bounds_composed(layout, space, time_limit_ms)
+    if conc is not None and all(s >= 0 for e, s in zip(*conc, strict=True) if e >= 2):
+        size = concrete_storage(*conc, layout.swizzles)
+        return Verdict("proved", f"strides are non-negative, so offsets lie in [0, {size:,})",
+                       None, "criterion")
+    return _z3_in_bounds_strided(layout, space, time_limit_ms)
 
 
 def _enumerate_in_bounds(layout: Layout, extents: list[int], strides: list[int]) -> Verdict:
@@ -242,10 +383,39 @@ def _enumerate_in_bounds(layout: Layout, extents: list[int], strides: list[int])
                    None, "enumeration")
 
 
-def _z3_in_bounds(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Verdict:
+def _z3_in_bounds_strided(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Verdict:
+    exts = [space.to_z3(e) for e in layout.shape]
+    strides = [space.to_z3(s) for s in layout.strides]
+    storage = storage_term(layout, space)
+    negative = [z3.And(e >= 2, s < 0) for e, s in zip(exts, strides, strict=True)]
+    s = space.solver()
+    s.add(*space.constraints(), _nonempty(exts, space))
+    s.add(z3.Or(*negative, z3.Not(space.nonzero_divisors())))
+    res = check(s, time_limit_ms)
+    if res == z3.unsat:
+        return Verdict("proved", "z3: for all symbol values within bounds every stride of an "
+                       "extent ≥ 2 is non-negative, so offsets lie in [0, storage)", None, "z3")
+    if res == z3.unknown:
+        return _unknown(s, time_limit_ms, "in-bounds")
+    m = s.model()
+    syms = space.model_values(m)
+    bad = [i for i, c in enumerate(negative) if z3.is_true(m.eval(c, model_completion=True))]
+    if not bad or not z3.is_true(m.eval(space.nonzero_divisors(), model_completion=True)):
+        return Verdict("refuted", f"a divisor in the layout may be zero{_symbols_text(syms)}:"
+                       " the address map is not total", syms, "z3")
+    u = [0] * layout.rank
+    u[bad[0]] = _evals(m, [exts[bad[0]] - 1])[0]
+    off = apply_swizzles(layout.swizzles, _evals(m, [(exts[bad[0]] - 1) * strides[bad[0]]])[0])
+    size = _evals(m, [storage])[0]
+    cex = {**syms, **_index_cex("u", u), "offset": off, "storage": size}
+    return Verdict("refuted", f"element {u} maps to offset {off}, outside the storage "
+                   f"[0, {size}){_symbols_text(syms)}", cex, "z3")
+
+
+def _z3_in_bounds_composed(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Verdict:
     a = symbolic_access(layout, space, "u")
     storage = storage_term(layout, space)
-    s = z3.Solver()
+    s = space.solver()
     s.add(*a.facts, *space.constraints())
     s.add(z3.Or(a.offset < 0, a.offset >= storage, z3.Not(space.nonzero_divisors())))
     res = check(s, time_limit_ms)
@@ -253,34 +423,35 @@ def _z3_in_bounds(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Ver
         return Verdict("proved", "z3: every element lands in [0, storage) for all symbol "
                        "values within bounds", None, "z3")
     if res == z3.unknown:
-        return Verdict("unknown", f"z3 gave up ({s.reason_unknown()}) within "
-                       f"{time_limit_ms} ms", None, "z3")
+        return _unknown(s, time_limit_ms, "in-bounds")
     m = s.model()
-    u = [m.eval(x, model_completion=True).as_long() for x in a.index]
+    u = _evals(m, a.index)
     syms = space.model_values(m)
-    if any(m.eval(d == 0, model_completion=True) for d in space.divisors):
+    if not z3.is_true(m.eval(space.nonzero_divisors(), model_completion=True)):
         return Verdict("refuted", f"a divisor in the layout may be zero{_symbols_text(syms)}:"
                        " the address map is not total", syms, "z3")
-    off = m.eval(a.offset, model_completion=True).as_long()
-    size = m.eval(storage, model_completion=True).as_long()
+    off, size = _evals(m, [a.offset, storage])
     cex = {**syms, **_index_cex("u", u), "offset": off, "storage": size}
     return Verdict("refuted", f"element {u} maps to offset {off}, outside the storage "
                    f"[0, {size}){_symbols_text(syms)}", cex, "z3")
 
 
-def _symbols_text(values: dict[str, int]) -> str:
-    if not values:
-        return ""
-    return " when " + ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+def layout_exprs(layout: Layout) -> tuple[Expr, ...]:
+    """Every expression the layout's address map evaluates."""
+    return (*layout.shape, *layout.strides)
 
 
 __all__ = [
     "ENUMERATION_LIMIT",
+    "SymbolicAccess",
     "Verdict",
+    "apply_swizzles",
     "concrete_layout",
     "concrete_storage",
+    "layout_exprs",
     "prove_in_bounds",
     "prove_injective",
+    "prove_swizzle_bijective",
     "storage_term",
     "swizzle_block_bits",
     "swizzle_bv",

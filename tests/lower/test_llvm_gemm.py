@@ -246,3 +246,64 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError):
         GemmConfig(mr=6, nr=16, vw=8, mc=100)
     assert GemmConfig.for_target(host_target()) in (GemmConfig.avx2(), GemmConfig.avx512())
+
+
+def test_threaded_fallback_polling(kernel: SgemmKernel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a zero spin budget every in-kernel wait times out at once and the driver's
+    sleep-polling fallback takes over; results stay bit-identical."""
+    import planner.lower.llvm_gemm as gemm_mod
+
+    monkeypatch.setattr(gemm_mod, "_SPIN_CYCLES", 0)
+    rng = np.random.default_rng(8)
+    a, b = _rand(rng, (203, 150)), _rand(rng, (150, 170))
+    c1 = kernel.sgemm(a, b)
+    for threads in (2, 3):
+        for _ in range(5):
+            np.testing.assert_array_equal(kernel.sgemm(a, b, threads=threads), c1)
+
+
+def _aligned_zeros(nfloats: int) -> np.ndarray:
+    """64-byte aligned (packed buffers are accessed with aligned vector loads/stores)."""
+    raw = np.zeros(nfloats + 16, np.float32)
+    off = (-raw.ctypes.data % 64) // 4
+    return raw[off : off + nfloats]
+
+
+def test_task_entry_statuses() -> None:
+    """name_task: 0 when done; 1 when B chunks claimed elsewhere are not packed in time;
+    2 when C blocks claimed elsewhere are not done in time; re-entrant."""
+    cfg = GemmConfig.avx2()
+    mod = ir.Module()
+    emit_gemm_f32(mod, "tgemm", config=cfg)
+    cm = compile_module(mod, cache=CACHE)
+    i64, i32, p = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    task = cm.ctypes_function(
+        "tgemm_task", i32,
+        [p, i64, i32, i64, i64, i64, p, i64, p, i64, p, i64, p, i64, i32, p, i64, i64, i64],
+    )
+    rng = np.random.default_rng(4)
+    m, n, k = 50, 70, 40
+    a, b = _rand(rng, (m, k)), _rand(rng, (k, n))
+    npad = -(-n // cfg.nr) * cfg.nr
+    bp = _aligned_zeros(k * npad)
+    abuf = _aligned_zeros(cfg.a_buffer_floats)
+    c = np.zeros((m, n), np.float32)
+    pack_cols, chunk_m, chunk_n = 32, 12, npad
+    npack, nchunks = -(-n // pack_cols), -(-m // chunk_m)
+
+    def call(sync: np.ndarray, max_cycles: int) -> int:
+        return task(sync.ctypes.data, max_cycles, 1, m, n, k, a.ctypes.data, k,
+                    b.ctypes.data, n, bp.ctypes.data, npad, c.ctypes.data, n, 0,
+                    abuf.ctypes.data, pack_cols, chunk_m, chunk_n)
+
+    pending = np.array([npack, npack - 1, 0, 0, 0], np.int64)  # one pack chunk in flight
+    assert call(pending, 1000) == 1
+    assert pending[2] == 0  # nothing computed
+    sync = np.zeros(5, np.int64)
+    assert call(sync, 1 << 30) == 0
+    assert list(sync[[1, 4]]) == [npack, nchunks]
+    _check(c, a, b)
+    sync[4] -= 1  # pretend one C block is still being computed by another thread
+    assert call(sync, 1000) == 2
+    sync[4] += 1
+    assert call(sync, 1000) == 0  # re-entrant: nothing left to do

@@ -66,18 +66,35 @@ struct BufferBinding {
   const BufferBinding &operator[](int) const { return *this; }
 };
 
-// Values of position attributes; the numbering matches MTL_POS_* in mtl_runtime.c.
+// Values of position attributes; the numbering matches mtl_runtime.c. Only the types
+// Metal allows convert (others find no viable conversion when the signature is read):
+// `int gid [[thread_position_in_grid]]` is an error, not a silent narrowing.
+template <class T> struct Position;
+template <> struct Position<uint> {
+  static uint get(int a) { return __mtl_rt_position(a, 0); }
+};
+template <> struct Position<ushort> {
+  static ushort get(int a) { return static_cast<ushort>(__mtl_rt_position(a, 0)); }
+};
+template <> struct Position<uint2> {
+  static uint2 get(int a) { return (uint2)(__mtl_rt_position(a, 0), __mtl_rt_position(a, 1)); }
+};
+template <> struct Position<uint3> {
+  static uint3 get(int a) {
+    return (uint3)(__mtl_rt_position(a, 0), __mtl_rt_position(a, 1), __mtl_rt_position(a, 2));
+  }
+};
+template <> struct Position<ushort2> {
+  static ushort2 get(int a) { return __builtin_convertvector(Position<uint2>::get(a), ushort2); }
+};
+template <> struct Position<ushort3> {
+  static ushort3 get(int a) { return __builtin_convertvector(Position<uint3>::get(a), ushort3); }
+};
+
 struct PositionBinding {
   int attribute;
-  uint c(int k) const { return __mtl_rt_position(attribute, k); }
-  operator uint() const { return c(0); }
-  operator ushort() const { return static_cast<ushort>(c(0)); }
-  operator uint2() const { return (uint2)(c(0), c(1)); }
-  operator uint3() const { return (uint3)(c(0), c(1), c(2)); }
-  operator ushort2() const { return (ushort2)(static_cast<ushort>(c(0)), static_cast<ushort>(c(1))); }
-  operator ushort3() const {
-    return (ushort3)(static_cast<ushort>(c(0)), static_cast<ushort>(c(1)),
-                     static_cast<ushort>(c(2)));
+  template <class T, class = decltype(&Position<T>::get)> operator T() const {
+    return Position<T>::get(attribute);
   }
   const PositionBinding &operator[](int) const { return *this; }
 };

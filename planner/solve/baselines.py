@@ -1,0 +1,135 @@
+"""Baselines: fixed strategies planned by the same model and priced by the same costs.
+
+A baseline restricts each edge to the choices its strategy makes; the CP-SAT model
+still picks the cheapest placement, layout and version count, and the capacity and
+legality constraints still apply, so a baseline that cannot run on the target comes
+back infeasible with an explanation.  A baseline replaces the planning policy (it is
+a complete strategy of its own).
+
+* ``all-materialize``: every edge goes through a buffer.
+* ``greedy-fusion`` (XLA-like): a single-consumer elementwise producer is fused into
+  its consumer where fusion is legal; every other edge is materialized.
+* ``all-virtual``: every edge stays in registers; infeasible when they cannot hold it.
+
+:func:`greedy_assignment` is a cheap heuristic plan (the cheapest legal choice per
+edge in isolation, then repaired for capacity); it hints CP-SAT and is the fallback
+when the solver finds nothing within its time limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planner.solve.costs import (
+    FUSED,
+    MATERIALIZED,
+    RECOMPUTED,
+    VIRTUAL,
+    Assignment,
+    Edge,
+    Problem,
+    allowed_choices,
+    derived_flags,
+    evaluate,
+    is_fusible_kind,
+    total,
+)
+from planner.solve.plan import Baseline, Decision
+
+Restrictions = Mapping[int, frozenset[Decision]]
+
+
+def baseline_restrictions(problem: Problem, baseline: Baseline | str) -> dict[int, frozenset[
+        Decision]]:
+    """The choices ``baseline`` allows on each edge."""
+    baseline = Baseline(baseline)
+    out: dict[int, frozenset[Decision]] = {}
+    for e in problem.edges:
+        if baseline is Baseline.ALL_MATERIALIZE:
+            out[e.index] = frozenset({MATERIALIZED})
+        elif baseline is Baseline.ALL_VIRTUAL:
+            out[e.index] = frozenset({VIRTUAL})
+        else:
+            out[e.index] = frozenset({_greedy_fusion(problem, e)})
+    return out
+
+
+def _greedy_fusion(problem: Problem, e: Edge) -> Decision:
+    v = problem.values[e.value]
+    if v.consumers == 1 and is_fusible_kind(v.kind) and e.legal(FUSED):
+        return FUSED
+    return MATERIALIZED
+
+
+def describe(baseline: Baseline, problem: Problem, e: Edge) -> str:
+    """Why the baseline forces what it forces on ``e`` (for explanations)."""
+    if baseline is Baseline.GREEDY_FUSION:
+        v = problem.values[e.value]
+        if _greedy_fusion(problem, e) is FUSED:
+            return f"baseline greedy-fusion fuses single-consumer {v.kind} {v.name}"
+        return f"baseline greedy-fusion materializes {v.name} ({v.consumers} consumer(s), " \
+               f"{v.kind})"
+    return f"baseline {baseline.value} makes every edge " + (
+        "virtual" if baseline is Baseline.ALL_VIRTUAL else "materialized")
+
+
+# --------------------------------------------------------------------------- heuristic
+
+
+def _isolated_price(problem: Problem, e: Edge, c: Decision) -> int | None:
+    v = problem.values[e.value]
+    if c is FUSED:
+        return total(e.fused)
+    if c is RECOMPUTED:
+        return total(e.recompute)
+    if c is VIRTUAL:
+        cap = problem.capacity(v.register, v.owner) if v.register else None
+        if v.register is None or (cap is not None and v.reg_bytes * 2 > cap):
+            return None  # registers would not hold it comfortably
+        return 0
+    prices = [total(v.placements[q].write) + total(r) for q, r in enumerate(e.reads)
+              if r is not None]
+    return min(prices) if prices else None
+
+
+def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
+                      ) -> Assignment | None:
+    """A heuristic plan, or None when the heuristic's plan is not feasible."""
+    choices: list[Decision] = []
+    for e in problem.edges:
+        allowed = allowed_choices(problem, e, restrictions)
+        if not allowed:
+            return None
+        priced = [(p, i, c) for i, c in enumerate(allowed)
+                  if (p := _isolated_price(problem, e, c)) is not None]
+        choices.append(min(priced)[2] if priced else allowed[-1])
+    placement, versions = _placements(problem, tuple(choices))
+    if placement is None:
+        return None
+    for k in ("max", "min"):
+        vers = tuple(v if k == "max" else 1 for v in versions)
+        a = Assignment(tuple(choices), placement, vers,
+                       tuple(m.max_versions if k == "max" else 1 for m in problem.memories))
+        if evaluate(problem, a, restrictions).feasible:
+            return a
+    return None
+
+
+def _placements(problem: Problem, choices: tuple[Decision, ...]
+                ) -> tuple[tuple[int | None, ...] | None, tuple[int, ...]]:
+    placement: list[int | None] = []
+    versions: list[int] = []
+    for v in problem.values:
+        _, mat, cross = derived_flags(problem, choices, v)
+        versions.append(v.max_versions if cross else 1)
+        if not mat:
+            placement.append(None)
+            continue
+        readers = [problem.edges[i] for i in v.edges if choices[i] is MATERIALIZED]
+        ok = [q for q in range(len(v.placements))
+              if all(e.reads[q] is not None for e in readers)]
+        if not ok:
+            return None, ()
+        placement.append(min(ok, key=lambda q: total(v.placements[q].write) + sum(
+            total(e.reads[q] or ()) for e in readers)))
+    return tuple(placement), tuple(versions)

@@ -1,0 +1,1302 @@
+"""The cost model: the priced planning problem and its reference evaluator.
+
+:func:`build_problem` turns a kernel's dataflow graph (``planner.ir.graph``) and a
+target catalog into a :class:`Problem`: every value (a Tile definition) with its
+edges, the choices each edge may take, what each choice costs, where each value
+could live, and which program points are checked for capacity.  The CP-SAT model
+(``planner.solve.model``) encodes exactly this problem; :func:`evaluate` is the
+pure-Python reference of the same semantics (used to decode plans, to explain them,
+and by the exhaustive tests that confirm CP-SAT's optimum).
+
+Time units
+    Integer nanoseconds.  A term is ``cycles × executions / clock_ghz`` rounded once,
+    where cycles come from the catalog's figures and ``executions`` is how often the
+    op runs: ``ceil(parallel instances / concurrent_instances) × loop trip counts``.
+
+Compute (per execution)
+    elementwise ops ``elements / throughput`` (``cheap`` or ``transcendental``),
+    reductions ``input elements / cheap``, mma ``2·m·n·k / mma``; broadcast, full,
+    iota and transpose are free (they become index arithmetic).
+
+Traffic (per execution)
+    ``bytes / bandwidth`` of the resource touched.  A resource instance shared by the
+    concurrently running instances (an ancestor of the executing scope, e.g. DRAM for
+    CPU workers) gives each of them ``bandwidth / concurrent_instances``.  A
+    ``tile.load``/``tile.store`` moves its tile through the global resource; a
+    ``memory.load``/``memory.store`` through the resource its Memory resolved to.
+
+Per edge decision (producer value ``v`` → consumer ``c``)
+    * virtual: free; ``v`` occupies registers (the private resource of its owner,
+      aggregated over the owner's descendant instances) from definition to use.
+    * materialized in ``(resource, layout)``: ``v`` is written once (write traffic,
+      plus the catalog's sync rule when the resource is shared by several executing
+      members and is not hardware-coherent) and read by each materialized consumer
+      (read traffic; consumers that read columns — mma operand b, transpose,
+      reductions over axis 0 — pay ``(degree - 1)`` times the read for bank conflicts
+      of the layout; a swizzled layout pays one cheap op per element for its address
+      arithmetic).  Padding counts toward capacity.
+    * fused: ``v`` is computed inline in the consumer's loop: the producer's compute
+      (or, for a load, its read) at the consumer's execution count.
+    * recomputed: the consumer re-derives ``v`` from global memory: the producer chain
+      up to its loads (re-read at global bandwidth) or to values that cannot be
+      recomputed (reductions, mma results, loop carries: assumed available), plus the
+      producer's exposed latency when the edge crosses pipeline stages.
+    The producer itself runs once ("home" compute) when at least one of its edges is
+    virtual or materialized.
+
+Versions
+    Inside a pipeline a value preserved across stages wants ``min(stage distance,
+    window - 1) + 1`` versions.  Fewer is legal: each missing version exposes a share
+    of the producer's latency (load latency plus its own time) per iteration as a
+    stall.  Explicit Memory versions are decided the same way.
+
+Capacity
+    Live ranges are half-open intervals of program points (the op order of the
+    kernel): a value is live from its definition up to (not including) its last use,
+    to the end of a loop when used inside a loop that does not define it, and a loop
+    carry lives from the loop start to its last in-body use while the value it yields
+    lives from its definition to the loop end.  At every point where something starts
+    to be live, each resource's occupancy (bytes × versions over live holders,
+    explicit Memory included) must stay within its per-owner-instance capacity.
+
+Approximations (documented, deliberate): fusing a producer does not extend its own
+operands' live ranges; a recomputed chain treats non-recomputable inputs as
+available without extending their lives; the op order is fixed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from planner.catalog import Operation, Resource, Target, normalize_class
+from planner.errors import Diagnostic, PlannerError
+from planner.ir import core
+from planner.ir.core import Kernel, LoopOp, ParallelOp
+from planner.ir.expr import Expr
+from planner.ir.graph import dataflow_graph, live_edges
+from planner.ir.printer import Printer, PrintOptions
+from planner.ir.types import TileType
+from planner.solve.plan import Decision, LayoutChoice, Policy
+
+# --------------------------------------------------------------------------- vocabulary
+
+VIRTUAL, FUSED, RECOMPUTED, MATERIALIZED = (Decision.VIRTUAL, Decision.FUSED,
+                                            Decision.RECOMPUTED, Decision.MATERIALIZED)
+CHOICES: tuple[Decision, ...] = (VIRTUAL, FUSED, RECOMPUTED, MATERIALIZED)
+PRESERVING = frozenset({VIRTUAL, MATERIALIZED})
+INLINING = frozenset({FUSED, RECOMPUTED})
+
+# Cost terms, the keys of EdgePlan.cost and of a plan's breakdown.
+COMPUTE, TRAFFIC, RECOMPUTE = "compute", "traffic", "recompute"
+BARRIERS, BANK, STALLS, LAYOUT, FIXED = ("barriers", "bank_conflicts", "stalls", "layout",
+                                         "fixed")
+TERMS = (COMPUTE, TRAFFIC, RECOMPUTE, BARRIERS, BANK, STALLS, LAYOUT, FIXED)
+
+Terms = tuple[tuple[str, int], ...]
+
+_ELEMENTWISE_PREFIXES = ("tile.unary.", "tile.binary.")
+_FUSIBLE = frozenset({"tile.load", "memory.load", "tile.full", "tile.iota", "tile.cast",
+                      "tile.select", "tile.broadcast"})
+_RECOMPUTABLE = (_FUSIBLE - {"memory.load"}) | {"tile.transpose"}
+_LOADS = frozenset({"tile.load", "memory.load"})
+_SINKS = frozenset({"tile.store", "memory.store"})
+
+
+def is_fusible_kind(kind: str) -> bool:
+    """Producers that can be computed inline in a consumer (S3 fusion legality)."""
+    return kind in _FUSIBLE or kind.startswith(_ELEMENTWISE_PREFIXES)
+
+
+def is_recomputable_kind(kind: str) -> bool:
+    """Producers a consumer may re-derive from global memory."""
+    return kind in _RECOMPUTABLE or kind.startswith(_ELEMENTWISE_PREFIXES)
+
+
+def terms(**kw: float) -> Terms:
+    """Rounded, sorted, non-zero terms."""
+    return tuple(sorted((k, round(v)) for k, v in kw.items() if round(v)))
+
+
+def add_terms(*parts: Iterable[tuple[str, int]]) -> Terms:
+    out: dict[str, int] = {}
+    for part in parts:
+        for k, v in part:
+            out[k] = out.get(k, 0) + v
+    return tuple(sorted((k, v) for k, v in out.items() if v))
+
+
+def total(t: Iterable[tuple[str, int]]) -> int:
+    return sum(v for _, v in t)
+
+
+# --------------------------------------------------------------------------- problem data
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """A program point: one node of the dataflow graph in op order."""
+
+    index: int
+    label: str  # "%4 = tile.unary.exp"
+    owner: str  # the parallel instance it runs in ("kernel" at the root)
+    stage: str | None = None
+    pipeline: str | None = None
+
+    def describe(self) -> str:
+        where = f"point {self.index} ({self.label}"
+        if self.pipeline is not None and self.stage is not None:
+            where += f", stage {self.stage} of pipeline {self.pipeline}"
+        elif self.pipeline is not None:
+            where += f", in pipeline {self.pipeline}"
+        return where + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A (resource, layout) a value may be materialized in."""
+
+    resource: str
+    layout: LayoutChoice
+    bytes: int  # one version: padding and the resource's alignment included
+    write: Terms  # one write per execution of the producer, sync and layout included
+    sync: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Points ``[start, end)`` where the value is needed by exactly ``edges``."""
+
+    start: int
+    end: int
+    edges: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A Tile definition: a graph node with outgoing edges."""
+
+    index: int
+    name: str
+    kind: str
+    node: str
+    owner: str
+    scope: str
+    shape: tuple[int, ...]
+    itemsize: int
+    bytes: int
+    def_point: int
+    edges: tuple[int, ...]
+    consumers: int  # distinct consumer ops
+    home: Terms  # the producer running once
+    register: str | None  # the private resource holding it when virtual
+    reg_bytes: int  # one version in registers (aligned)
+    placements: tuple[Placement, ...]
+    max_versions: int
+    stall: tuple[int, ...]  # stall[k - 1]: cost with k versions, when preserved across stages
+    policy: str | None = None  # "preserve" | "inline" | None
+    policy_reason: str = ""
+    segments: tuple[Segment, ...] = ()
+    expensive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One def→use edge and the price of each choice."""
+
+    index: int
+    edge_id: str
+    value: int
+    producer: str
+    consumer: str
+    consumer_kind: str
+    operand: int
+    bytes: int
+    span: tuple[int, int]  # live interval [def, use)
+    stage_distance: int
+    loop_carried: bool
+    illegal: tuple[tuple[Decision, str], ...]  # forbidden choices and why
+    fused: Terms
+    recompute: Terms
+    reads: tuple[Terms | None, ...]  # per placement of the value; None: not admissible
+    not_admissible: tuple[str, ...]  # per placement: why not ("" when admissible)
+    column_reader: bool = False
+
+    def legal(self, choice: Decision) -> bool:
+        return all(c is not choice for c, _ in self.illegal)
+
+    def why_illegal(self, choice: Decision) -> str | None:
+        return next((why for c, why in self.illegal if c is choice), None)
+
+    @property
+    def cross_stage(self) -> bool:
+        return self.stage_distance > 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOccupant:
+    """An explicit Memory allocation: a fixed occupant whose versions are decided."""
+
+    index: int
+    name: str
+    resource: str
+    bytes: int  # one version, layout storage (padding) and alignment included
+    span: tuple[int, int]
+    owner: str
+    max_versions: int
+    stall: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LivePoint:
+    """A checked program point and the holders that may be live there."""
+
+    point: int
+    owner: str
+    segments: tuple[tuple[int, int], ...]  # (value, segment index)
+    memories: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Everything the planner decides over, priced."""
+
+    kernel: str
+    target: str
+    policy: Policy
+    bindings: tuple[tuple[str, int], ...]
+    values: tuple[Value, ...]
+    edges: tuple[Edge, ...]
+    memories: tuple[MemoryOccupant, ...]
+    points: Mapping[int, Point]
+    live_points: tuple[LivePoint, ...]
+    capacities: Mapping[tuple[str, str], int | None]  # (resource, owner) -> bytes
+    constant: Terms  # sinks and dead values: paid whatever the plan
+    static_infeasible: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()  # every resource that may hold something
+
+    def capacity(self, resource: str, owner: str) -> int | None:
+        return self.capacities.get((resource, owner))
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One complete decision: the unit the evaluator and the exhaustive tests handle."""
+
+    choices: tuple[Decision, ...]  # per edge
+    placement: tuple[int | None, ...]  # per value: index into its placements
+    versions: tuple[int, ...]  # per value
+    memory_versions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    resource: str
+    owner: str
+    point: int
+    bytes: int
+    capacity: int | None
+    holders: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """An assignment's feasibility, per-edge cost terms and occupancy."""
+
+    violations: tuple[str, ...]
+    edge_terms: tuple[Terms, ...]
+    memory_terms: Terms
+    constant: Terms
+    occupancy: tuple[Occupancy, ...] = field(default=())
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    @property
+    def objective(self) -> int:
+        return (sum(total(t) for t in self.edge_terms) + total(self.memory_terms)
+                + total(self.constant))
+
+    def breakdown(self) -> dict[str, int]:
+        merged = add_terms(*self.edge_terms, self.memory_terms, self.constant)
+        return dict(merged)
+
+
+# --------------------------------------------------------------------------- target figures
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Catalog figures the cost model reads, and scope arithmetic."""
+
+    target: Target
+
+    @property
+    def clock(self) -> float:
+        return self.target.costs.clock_ghz
+
+    def ns(self, cycles: float, executions: int) -> float:
+        return cycles * executions / self.clock
+
+    def throughput(self, cost_class: str) -> float:
+        c = self.target.costs
+        return {"cheap": c.cheap, "transcendental": c.transcendental, "mma": c.mma}.get(
+            cost_class, c.cheap)
+
+    @property
+    def global_resource(self) -> Resource | None:
+        found = self.target.resources_for_class("global")
+        if found:
+            return found[0]
+        return min(self.target.resources, key=lambda r: r.bandwidth, default=None)
+
+    def share(self, resource: Resource, scope: str) -> int:
+        """Concurrent owner instances sharing one instance of ``resource``."""
+        if (resource.instance_scope != scope
+                and self.target.is_ancestor_or_self(resource.instance_scope, scope)):
+            return max(1, self.target.costs.concurrent_instances)
+        return 1
+
+    def traffic_cycles(self, nbytes: int, resource: Resource, scope: str) -> float:
+        if resource.bandwidth <= 0:
+            return 0.0
+        return nbytes * self.share(resource, scope) / resource.bandwidth
+
+    def instances_below(self, ancestor: str, scope: str, dynamic: str = "max") -> int:
+        """Instances of ``scope`` per instance of ``ancestor``.
+
+        A dynamic extent (chosen at launch) counts as its ``max_extent`` when
+        ``dynamic="max"`` (dividing a resource among instances: the worst case) and as
+        one when ``dynamic="one"`` (aggregating per-instance storage: only the instance
+        the catalog guarantees).
+        """
+        count, current = 1, scope
+        while current != ancestor:
+            s = self.target.scope(current)
+            if s.extent is not None:
+                count *= s.extent
+            elif dynamic == "max":
+                count *= s.max_extent or 1
+            if s.parent is None:
+                break
+            current = s.parent
+        return count
+
+    def exactly_one_below(self, ancestor: str, scope: str) -> bool:
+        current = scope
+        while current != ancestor:
+            s = self.target.scope(current)
+            if s.extent != 1 or s.parent is None:
+                return False
+            current = s.parent
+        return True
+
+    def subtree(self, scope: str) -> list[str]:
+        """``scope`` and its descendants, breadth first: the members that execute its ops."""
+        out, frontier = [scope], [scope]
+        while frontier:
+            kids = [c.name for s in frontier for c in self.target.children(s)]
+            out += kids
+            frontier = kids
+        return out
+
+    def several_members(self, scope: str) -> bool:
+        kids = self.target.children(scope)
+        return len(kids) > 1 or any(k.extent != 1 for k in kids)
+
+    def register_home(self, scope: str) -> tuple[Resource, int | None] | None:
+        """The private resource virtual values of ``scope`` live in, and its capacity there."""
+        best: tuple[int, Resource] | None = None
+        for r in self.target.resources_for_class("private"):
+            if not self.target.is_ancestor_or_self(scope, r.instance_scope):
+                continue
+            depth = self.target.scope_depth(r.instance_scope)
+            if best is None or depth < best[0]:
+                best = (depth, r)
+        if best is None:
+            return None
+        r = best[1]
+        cap = None if r.capacity is None else r.capacity * self.instances_below(
+            scope, r.instance_scope, dynamic="one")
+        return r, cap
+
+    def capacity_for(self, r: Resource, scope: str) -> tuple[int | None, str]:
+        """Per-owner capacity of ``r`` for an owner at ``scope``; reason when unusable."""
+        t = self.target
+        if r.instance_scope == scope:
+            return r.capacity, ""
+        if t.is_ancestor_or_self(r.instance_scope, scope):
+            if not r.slicing:
+                return None, (f"{r.name} lives per {r.instance_scope} and cannot be sliced "
+                              f"per {scope} (S17)")
+            if r.capacity is None:
+                return None, ""
+            return r.capacity // self.instances_below(r.instance_scope, scope), ""
+        if t.is_ancestor_or_self(scope, r.instance_scope):
+            if self.exactly_one_below(scope, r.instance_scope):
+                return r.capacity, ""
+            return None, (f"{r.name} is private to each {r.instance_scope}; a whole tile of "
+                          f"the {scope} cannot live there")
+        return None, f"{r.name} (per {r.instance_scope}) cannot serve an owner at {scope}"
+
+    def sync_rule(self, r: Resource, scope: str) -> tuple[str | None, float]:
+        """The sync rule ordering write → read of ``r`` among the members of ``scope``."""
+        if r.coherence.value in ("coherent", "none") or not self.several_members(scope):
+            return None, 0.0
+        rules = list(r.sync)
+        for rule in rules:
+            if rule.scope == scope:
+                return rule.name, rule.cost
+        ancestors = [rule for rule in rules if self.target.is_ancestor_or_self(rule.scope, scope)]
+        if ancestors:
+            rule = max(ancestors, key=lambda x: self.target.scope_depth(x.scope))
+            return rule.name, rule.cost
+        if rules:
+            return rules[0].name, rules[0].cost
+        return "barrier", self.target.costs.barrier
+
+    def accessible(self, r: Resource, scope: str, ops: Iterable[Operation]) -> bool:
+        members = self.subtree(scope)
+        return any(r.supports(op) and self.target.can_access(m, r.name, op)
+                   for op in ops for m in members)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _writer_ops(kind: str) -> tuple[Operation, ...]:
+    if kind == "tile.mma":
+        return (Operation.MMA_WRITE, Operation.WRITE)
+    if kind in _LOADS:
+        return (Operation.WRITE, Operation.COPY_ASYNC)
+    return (Operation.WRITE,)
+
+
+def _reader_ops(kind: str) -> tuple[Operation, ...]:
+    if kind == "tile.mma":
+        return (Operation.MMA_READ, Operation.READ)
+    return (Operation.READ,)
+
+
+def _align(nbytes: int, alignment: int) -> int:
+    a = max(1, alignment)
+    return -(-nbytes // a) * a
+
+
+def _columns_read(kind: str, op: core.Op | None, operand: int) -> bool:
+    if kind == "tile.mma":
+        return operand == 1
+    if kind == "tile.transpose":
+        return True
+    return isinstance(op, core.ReduceOp) and op.axis == 0
+
+
+def conflict_degree(shape: tuple[int, ...], itemsize: int, layout: LayoutChoice,
+                    banks: tuple[int, int]) -> int:
+    """Worst bank conflict of reading one column of a row-major tile in this layout."""
+    if len(shape) < 2:
+        return 1
+    rows, row_len = shape[-2], shape[-1]
+    count, width = banks
+    stride = row_len + (layout.pad if layout.kind == "padded" else 0)
+    per_bank: dict[int, set[int]] = {}
+    for i in range(min(count, rows)):
+        offset = i * stride
+        if layout.kind == "swizzled" and layout.swizzle:
+            bits, base, shift = layout.swizzle
+            mask = ((1 << bits) - 1) << (base + shift)
+            offset ^= (offset & mask) >> shift
+        word = offset * itemsize // width
+        per_bank.setdefault(word % count, set()).add(word)
+    return max((len(w) for w in per_bank.values()), default=1)
+
+
+def layout_candidates(shape: tuple[int, ...], itemsize: int,
+                      banks: tuple[int, int] | None, column_readers: bool
+                      ) -> list[LayoutChoice]:
+    """Dense always; padded rows and an XOR swizzle where banks and column reads meet."""
+    out = [LayoutChoice("dense")]
+    if banks is None or not column_readers or len(shape) < 2 or shape[-1] <= 1:
+        return out
+    count, width = banks
+    unit = max(1, width // itemsize)
+    for pad in sorted({1, unit}):
+        out.append(LayoutChoice("padded", pad=pad))
+    row_len = shape[-1]
+    if row_len & (row_len - 1) == 0 and unit & (unit - 1) == 0 and row_len > unit:
+        base = unit.bit_length() - 1
+        words = row_len // unit
+        bits = min(count, words, shape[-2]).bit_length() - 1
+        shift = row_len.bit_length() - 1 - base
+        if bits > 0 and shift >= bits:
+            out.append(LayoutChoice("swizzled", swizzle=(bits, base, shift)))
+    return out
+
+
+def layout_bytes(shape: tuple[int, ...], itemsize: int, layout: LayoutChoice) -> int:
+    elems = math.prod(shape)
+    if layout.kind == "padded" and len(shape) >= 2 and elems:
+        elems = elems // shape[-1] * (shape[-1] + layout.pad)
+    elif layout.kind == "swizzled" and layout.swizzle and elems:
+        bits, base, shift = layout.swizzle
+        block = 1 << (bits + base + shift)
+        elems = -(-elems // block) * block
+    return elems * itemsize
+
+
+def _missing(exprs: Iterable[Expr], env: Mapping[str, int]) -> set[str]:
+    out: set[str] = set()
+    for e in exprs:
+        out |= {s for s in e.symbols() if s not in env and not s.startswith("%")}
+    return out
+
+
+def _eval(e: Expr, env: Mapping[str, int]) -> int:
+    return int(e.evaluate(env))
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+@dataclass
+class _Ctx:
+    """Mutable state while building one problem (private to this module)."""
+
+    kernel: Kernel
+    target: Target
+    fig: Figures
+    env: dict[str, int]
+    g: nx.MultiDiGraph
+    names: dict[core.Value, str]
+    parallels: dict[str, ParallelOp] = field(default_factory=dict)
+    loops: dict[str, LoopOp] = field(default_factory=dict)
+    owner_scope: dict[str, str] = field(default_factory=dict)
+    loop_span: dict[str, tuple[int, int]] = field(default_factory=dict)
+    alloc_resource: dict[int, Resource | None] = field(default_factory=dict)
+    node_name: dict[str, str] = field(default_factory=dict)
+    node_by_name: dict[str, str] = field(default_factory=dict)
+    static_infeasible: list[str] = field(default_factory=list)
+
+
+def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
+                  policy: Policy = Policy.DEFAULT) -> Problem:
+    """Price every choice of every live edge of ``kernel`` on ``target``.
+
+    Every size must be concrete: unbound symbols raise :class:`PlannerError` naming them.
+    """
+    env = {k: int(v) for k, v in (bindings or {}).items()}
+    _check_bound(kernel, env)
+    g = dataflow_graph(kernel, env)
+    printer = Printer(PrintOptions(locations=False))
+    printer.print_kernel(kernel)
+    ctx = _Ctx(kernel, target, Figures(target), env, g, dict(printer.namer.names))
+    _index_regions(ctx)
+    _name_nodes(ctx)
+    _resolve_allocs(ctx)
+    points = _points(ctx)
+    edge_keys = live_edges(g)
+    producers = sorted({u for u, _, _ in edge_keys} | _value_nodes(g),
+                       key=lambda n: g.nodes[n]["order"])
+    value_of = {n: i for i, n in enumerate(producers)}
+    edges_of: dict[str, list[int]] = {n: [] for n in producers}
+    for i, (u, _, _) in enumerate(edge_keys):
+        edges_of[u].append(i)
+    raw_edges = [_edge(ctx, i, key, value_of[key[0]]) for i, key in enumerate(edge_keys)]
+    values = [_value(ctx, i, n, [raw_edges[j] for j in edges_of[n]], policy)
+              for i, n in enumerate(producers)]
+    edges = [_with_reads(ctx, e, values[e.value]) for e in raw_edges]
+    values = [_with_segments(v, edges) for v in values]
+    memories = _memories(ctx)
+    capacities = _capacities(ctx, values, memories, points)
+    live = _live_points(values, memories, points)
+    constant = _constant(ctx, values)
+    used = [r.name for r in target.resources if any(r.name == n for n, _ in capacities)]
+    for e in edges:
+        if not any(e.legal(c) for c in CHOICES):
+            ctx.static_infeasible.append(f"{e.edge_id}: no legal choice ("
+                                         + "; ".join(w for _, w in e.illegal) + ")")
+    return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
+                   tuple(values), tuple(edges), tuple(memories), points, tuple(live),
+                   capacities, constant, tuple(ctx.static_infeasible), tuple(used))
+
+
+def _value_nodes(g: nx.MultiDiGraph) -> set[str]:
+    return {n for n, d in g.nodes(data=True) if not d.get("sink") and d.get("value") is not None}
+
+
+def _check_bound(kernel: Kernel, env: Mapping[str, int]) -> None:
+    exprs: list[Expr] = []
+    for op in kernel.walk():
+        if isinstance(op, (ParallelOp, LoopOp)):
+            exprs += [a.extent for a in op.axes]
+        if isinstance(op, core.AllocOp):
+            exprs += list(op.layout.shape) + list(op.layout.strides)
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                exprs += list(r.type.shape)
+    missing = _missing(exprs, env)
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise PlannerError(Diagnostic(
+            f"planning kernel {kernel.name!r} needs concrete sizes: unbound symbol(s) "
+            f"{names} (bind them, e.g. --bind {sorted(missing)[0]}=128)", kernel.loc),
+            kind="unbound")
+
+
+def _index_regions(ctx: _Ctx) -> None:
+    t = ctx.target
+
+    def walk(block: core.Block, scope: str) -> None:
+        for op in block.ops:
+            if isinstance(op, ParallelOp):
+                inner = _bind_scope(ctx, op.scope, scope)
+                ctx.parallels[op.label] = op
+                ctx.owner_scope[op.label] = inner
+                walk(op.body, inner)
+            elif isinstance(op, LoopOp):
+                ctx.loops[op.label] = op
+                walk(op.body, scope)
+
+    ctx.owner_scope["kernel"] = t.root_scope.name
+    walk(ctx.kernel.body, t.root_scope.name)
+    for _, d in ctx.g.nodes(data=True):
+        for label in d["region"]:
+            if label in ctx.loops:
+                lo, hi = ctx.loop_span.get(label, (d["order"], d["order"]))
+                ctx.loop_span[label] = (min(lo, d["order"]), max(hi, d["order"]))
+
+
+def _bind_scope(ctx: _Ctx, requested: str, outer: str) -> str:
+    t = ctx.target
+    if requested != "AUTOMATIC":
+        t.scope(requested)  # unknown scope names raise with the known ones
+        return requested
+    default = t.default_parallel_scope
+    if default != outer and t.is_ancestor_or_self(outer, default):
+        return default
+    kids = t.children(outer)
+    return kids[0].name if kids else outer
+
+
+def owner_of(ctx: _Ctx, region: tuple[str, ...]) -> str:
+    for label in reversed(region):
+        if label in ctx.parallels:
+            return label
+    return "kernel"
+
+
+def _name_nodes(ctx: _Ctx) -> None:
+    seen: dict[str, int] = {}
+    for n, d in sorted(ctx.g.nodes(data=True), key=lambda x: x[1]["order"]):
+        value = d.get("value")
+        if value is not None and value in ctx.names:
+            name = "%" + ctx.names[value]
+        else:
+            op = d["op"]
+            target = getattr(op, "view", None) or getattr(op, "memory", None)
+            what = ctx.names.get(target, "?") if target is not None else str(d["order"])
+            name = f"{d['kind']}(%{what})"
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        else:
+            seen[name] = 0
+        ctx.node_name[n] = name
+        ctx.node_by_name[name] = n
+
+
+def _resolve_allocs(ctx: _Ctx) -> None:
+    for alloc in ctx.g.graph["allocs"]:
+        op: core.AllocOp = alloc["op"]
+        scope = ctx.owner_scope.get(op.owner, ctx.owner_scope["kernel"])
+        res = ctx.target.resolve(normalize_class(op.resource.value), scope)
+        ctx.alloc_resource[id(op.memory)] = res
+        if res is None:
+            ctx.static_infeasible.append(
+                f"Memory %{ctx.names.get(op.memory, '?')} ({op.resource.value}) owned by "
+                f"{op.owner} at scope {scope} has no home on {ctx.target.name}: no "
+                f"{op.resource.value} resource serves {scope} (S17: the owner is not changed)")
+
+
+def _points(ctx: _Ctx) -> dict[int, Point]:
+    out: dict[int, Point] = {}
+    for n, d in ctx.g.nodes(data=True):
+        out[d["order"]] = Point(d["order"], f"{ctx.node_name[n]} = {d['kind']}"
+                                if not d.get("sink") else ctx.node_name[n],
+                                owner_of(ctx, d["region"]), d.get("stage"), d.get("pipeline"))
+    return dict(sorted(out.items()))
+
+
+def _executions(ctx: _Ctx, d: Mapping[str, object]) -> int:
+    instances = _eval(d["instances"], ctx.env)  # type: ignore[arg-type]
+    if instances <= 0:
+        return 0
+    waves = -(-instances // max(1, ctx.target.costs.concurrent_instances))
+    trips = 1
+    for label in d["loops"]:  # type: ignore[attr-defined]
+        for a in ctx.loops[label].axes:
+            trips *= max(0, _eval(a.extent, ctx.env))
+    return waves * trips
+
+
+def _tile_shape(ctx: _Ctx, v: core.Value) -> tuple[int, ...]:
+    assert isinstance(v.type, TileType)
+    return tuple(_eval(e, ctx.env) for e in v.type.shape)
+
+
+def _memory_resource(ctx: _Ctx, op: core.Op) -> Resource | None:
+    mem = getattr(op, "memory", None)
+    return ctx.alloc_resource.get(id(mem)) if mem is not None else None
+
+
+def _op_cycles(ctx: _Ctx, d: Mapping[str, object], scope: str) -> tuple[float, float]:
+    """(compute, traffic) cycles of one execution of the node's op."""
+    op = d["op"]
+    kind = str(d["kind"])
+    fig = ctx.fig
+    if isinstance(op, (core.LoadOp, core.StoreOp, core.MemLoadOp, core.MemStoreOp)):
+        tile = op.results[0] if isinstance(op, (core.LoadOp, core.MemLoadOp)) else op.tile
+        shape = _tile_shape(ctx, tile)
+        assert isinstance(tile.type, TileType)
+        nbytes = math.prod(shape) * tile.type.dtype.itemsize
+        res = (fig.global_resource if isinstance(op, (core.LoadOp, core.StoreOp))
+               else _memory_resource(ctx, op))
+        return 0.0, (fig.traffic_cycles(nbytes, res, scope) if res is not None else 0.0)
+    if isinstance(op, core.MmaOp):
+        m, k = _tile_shape(ctx, op.a)[-2:]
+        n = _tile_shape(ctx, op.b)[-1]
+        return 2.0 * m * n * k / fig.throughput("mma"), 0.0
+    if isinstance(op, core.ReduceOp):
+        return math.prod(_tile_shape(ctx, op.x)) / fig.throughput("cheap"), 0.0
+    cls = str(d["cost_class"])
+    if cls in ("cheap", "transcendental") and kind != "loop.carry":
+        return float(d["elements_value"] or 0) / fig.throughput(cls), 0.0  # type: ignore[arg-type]
+    return 0.0, 0.0
+
+
+def _latency_cycles(ctx: _Ctx, d: Mapping[str, object], scope: str) -> float:
+    compute, traffic = _op_cycles(ctx, d, scope)
+    op = d["op"]
+    source = 0.0
+    if isinstance(op, core.LoadOp) and ctx.fig.global_resource is not None:
+        source = ctx.fig.global_resource.latency
+    elif isinstance(op, core.MemLoadOp):
+        res = _memory_resource(ctx, op)
+        source = res.latency if res is not None else 0.0
+    return compute + traffic + source
+
+
+def _node_terms(ctx: _Ctx, node: str, executions: int) -> Terms:
+    d = ctx.g.nodes[node]
+    scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+    compute, traffic = _op_cycles(ctx, d, scope)
+    return terms(**{COMPUTE: ctx.fig.ns(compute, executions),
+                    TRAFFIC: ctx.fig.ns(traffic, executions)})
+
+
+def _chain_cycles(ctx: _Ctx, node: str, memo: dict[str, float]) -> float:
+    """Cycles to re-derive ``node`` from global memory (recomputable ancestors included)."""
+    if node in memo:
+        return memo[node]
+    d = ctx.g.nodes[node]
+    scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+    compute, traffic = _op_cycles(ctx, d, scope)
+    cycles = compute + traffic
+    for u in {u for u, _ in ctx.g.in_edges(node)}:
+        if is_recomputable_kind(ctx.g.nodes[u]["kind"]):
+            cycles += _chain_cycles(ctx, u, memo)
+    memo[node] = cycles
+    return cycles
+
+
+def _loops_entered(ctx: _Ctx, pd: Mapping[str, object], cd: Mapping[str, object]
+                   ) -> list[str]:
+    inner = set(pd["loops"])  # type: ignore[arg-type]
+    return [lp for lp in cd["loops"] if lp not in inner]  # type: ignore[attr-defined]
+
+
+def _span(ctx: _Ctx, u: str, v: str, carried: bool) -> tuple[int, int]:
+    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    start, use = pd["order"], cd["order"]
+    if carried:  # the yielded value lives to the loop end, then becomes the carry
+        return start, ctx.loop_span[cd["loop"]][1] + 1
+    if cd["kind"] == "loop.carry":  # an initial value is consumed at loop entry
+        return start, max(use, start + 1)
+    if pd["kind"] == "loop.carry" and pd["loop"] not in cd["loops"]:
+        start = ctx.loop_span[pd["loop"]][1] + 1  # loop result: after the last iteration
+    entered = _loops_entered(ctx, pd, cd)
+    if entered:
+        use = ctx.loop_span[entered[0]][1] + 1
+    return start, max(use, start + 1)
+
+
+def _fusion_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) -> str | None:
+    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    kind, ckind = pd["kind"], cd["kind"]
+    common = _inline_illegal(ctx, u, v, data)
+    if common:
+        return common
+    if kind.startswith("tile.reduce"):
+        return "a reduction's result cannot be fused into its consumer"
+    if kind == "tile.mma":
+        return "an mma accumulator cannot be fused into its consumer"
+    if not is_fusible_kind(kind):
+        return f"{kind} is not fusible (only elementwise, broadcast, load, full, iota, cast, " \
+               "select producers are)"
+    if ckind == "tile.mma":
+        if data["operand"] == 2:
+            return "never fused into an mma accumulator"
+        if kind not in _LOADS:
+            return "an mma operand is read from storage (fusing arithmetic would repeat it " \
+                   "for every output column)"
+    if data["stage_distance"]:
+        return "fusion across pipeline stages would undo the schedule"
+    if kind == "memory.load" and _stored_between(ctx, pd, cd):
+        return "the Memory is stored between the snapshot and this use"
+    op = cd["op"]
+    result = op.results[0] if op is not None and op.results else None
+    if (result is not None and isinstance(result.type, TileType)
+            and not ckind.startswith(("tile.reduce", "tile.broadcast"))
+            and ckind != "tile.mma"):
+        pshape = _tile_shape(ctx, pd["value"])
+        cshape = _tile_shape(ctx, result)
+        if pshape != cshape:
+            return f"iteration spaces differ ({list(pshape)} vs {list(cshape)})"
+    return None
+
+
+def _inline_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) -> str | None:
+    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    if data["loop_carried"]:
+        return "loop-carried edges are virtual or materialized"
+    if cd["kind"] == "loop.carry":
+        return "a loop-carried value's initial value is stored, not inlined"
+    if pd["kind"] == "loop.carry":
+        return "a loop carry is a recurrence: it cannot be re-derived per consumer"
+    if owner_of(ctx, pd["region"]) != owner_of(ctx, cd["region"]):
+        return "producer and consumer run in different parallel instances"
+    return None
+
+
+def _recompute_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) -> str | None:
+    common = _inline_illegal(ctx, u, v, data)
+    if common:
+        return common
+    kind = ctx.g.nodes[u]["kind"]
+    if kind.startswith("tile.reduce"):
+        return "a reduction is not re-executed per consumer"
+    if kind == "tile.mma":
+        return "an mma accumulator is not recomputed"
+    if kind == "memory.load":
+        return "a Memory snapshot is read once (a later read could see another state)"
+    if not is_recomputable_kind(kind):
+        return f"{kind} is not recomputable"
+    return None
+
+
+def _stored_between(ctx: _Ctx, pd: Mapping[str, object], cd: Mapping[str, object]) -> bool:
+    mem = pd["op"].memory  # type: ignore[attr-defined]
+    lo, hi = pd["order"], cd["order"]
+    return any(isinstance(d["op"], core.MemStoreOp) and d["op"].memory is mem
+               and lo < d["order"] < hi for _, d in ctx.g.nodes(data=True))
+
+
+def _edge(ctx: _Ctx, index: int, key: tuple[str, str, int], value: int) -> Edge:
+    u, v, k = key
+    data = ctx.g.edges[u, v, k]
+    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    illegal: list[tuple[Decision, str]] = []
+    pscope = ctx.owner_scope[owner_of(ctx, pd["region"])]
+    if ctx.fig.register_home(pscope) is None:
+        illegal.append((VIRTUAL, f"{ctx.target.name} has no private resource for {pscope} "
+                                 "to keep it in"))
+    fuse_why = _fusion_illegal(ctx, u, v, data)
+    if fuse_why:
+        illegal.append((FUSED, fuse_why))
+    rec_why = _recompute_illegal(ctx, u, v, data)
+    if rec_why:
+        illegal.append((RECOMPUTED, rec_why))
+    cexec = _executions(ctx, cd)
+    fused = _node_terms(ctx, u, cexec) if not fuse_why else ()
+    recompute: Terms = ()
+    if not rec_why:
+        cycles = _chain_cycles(ctx, u, {})
+        if data["stage_distance"]:
+            scope = ctx.owner_scope[owner_of(ctx, pd["region"])]
+            cycles += _latency_cycles(ctx, pd, scope)
+        recompute = terms(**{RECOMPUTE: ctx.fig.ns(cycles, cexec)})
+    pname, cname = ctx.node_name[u], ctx.node_name[v]
+    return Edge(index, f"{pname} -> {cname}#{data['operand']}", value, pname, cname,
+                cd["kind"], int(data["operand"]), int(data["bytes_value"] or 0),
+                _span(ctx, u, v, bool(data["loop_carried"])), int(data["stage_distance"]),
+                bool(data["loop_carried"]), tuple(illegal), fused, recompute, (), (),
+                _columns_read(cd["kind"], cd["op"], int(data["operand"])))
+
+
+def _value(ctx: _Ctx, index: int, node: str, edges: list[Edge], policy: Policy) -> Value:
+    d = ctx.g.nodes[node]
+    owner = owner_of(ctx, d["region"])
+    scope = ctx.owner_scope[owner]
+    shape = _tile_shape(ctx, d["value"])
+    itemsize = d["dtype"].itemsize
+    nbytes = math.prod(shape) * itemsize
+    pexec = _executions(ctx, d)
+    home = _node_terms(ctx, node, pexec)
+    reg = ctx.fig.register_home(scope)
+    register, reg_bytes = (None, 0) if reg is None else (reg[0].name, _align(nbytes,
+                                                                             reg[0].alignment))
+    maxv = 1
+    cross = [e.stage_distance for e in edges if not e.loop_carried]
+    if d.get("pipeline") is not None and cross and max(cross) > 0:
+        maxv = min(max(cross), max(1, int(d.get("window") or 1)) - 1) + 1
+    latency = ctx.fig.ns(_latency_cycles(ctx, d, scope), pexec)
+    stall = tuple(round(latency * (maxv - k) / (maxv - 1)) if maxv > 1 else 0
+                  for k in range(1, maxv + 1))
+    consumers = len({(e.consumer) for e in edges})
+    kind = str(d["kind"])
+    placements = _placements(ctx, d, scope, shape, itemsize, edges, pexec)
+    pol, why = _policy(policy, kind, consumers, bool(d.get("expensive")))
+    return Value(index, ctx.node_name[node], kind, node, owner, scope, shape, itemsize,
+                 nbytes, d["order"], tuple(e.index for e in edges), consumers, home,
+                 register, reg_bytes, tuple(placements), maxv, stall, pol, why,
+                 expensive=bool(d.get("expensive")))
+
+
+def _policy(policy: Policy, kind: str, consumers: int, expensive: bool
+            ) -> tuple[str | None, str]:
+    if consumers < 2:
+        return None, ""
+    if policy is Policy.DEFAULT:
+        return "preserve", f"policy default preserves every multi-consumer definition " \
+                           f"({consumers} consumers)"
+    if expensive:
+        return "preserve", f"policy expensive-only preserves shared {kind.split('.')[-1]} " \
+                           f"({consumers} consumers)"
+    if is_recomputable_kind(kind):
+        return "inline", f"policy expensive-only recomputes shared cheap {kind} in each of " \
+                         f"its {consumers} consumers"
+    return None, ""
+
+
+def _placements(ctx: _Ctx, d: Mapping[str, object], scope: str, shape: tuple[int, ...],
+                itemsize: int, edges: list[Edge], pexec: int) -> list[Placement]:
+    fig = ctx.fig
+    out: list[Placement] = []
+    cols = any(e.column_reader for e in edges)
+    nbytes = math.prod(shape) * itemsize
+    elements = math.prod(shape)
+    for r in ctx.target.resources:
+        if r.resource_class == "private":
+            continue  # registers hold virtual values; they are not addressable buffers
+        _, reason = fig.capacity_for(r, scope)
+        if reason or not fig.accessible(r, scope, _writer_ops(str(d["kind"]))):
+            continue
+        sync, sync_cycles = fig.sync_rule(r, scope)
+        banks = (r.banks.count, r.banks.width) if r.banks is not None else None
+        for lay in layout_candidates(shape, itemsize, banks, cols):
+            write = terms(**{
+                TRAFFIC: fig.ns(fig.traffic_cycles(nbytes, r, scope), pexec),
+                BARRIERS: fig.ns(sync_cycles, pexec),
+                LAYOUT: fig.ns(elements / fig.throughput("cheap"), pexec)
+                if lay.kind == "swizzled" else 0.0})
+            out.append(Placement(r.name, lay, _align(layout_bytes(shape, itemsize, lay),
+                                                      r.alignment), write, sync))
+    return out
+
+
+def _with_reads(ctx: _Ctx, e: Edge, v: Value) -> Edge:
+    fig = ctx.fig
+    cd = ctx.g.nodes[ctx.node_by_name[e.consumer]]
+    cscope = ctx.owner_scope[owner_of(ctx, cd["region"])]
+    cexec = _executions(ctx, cd)
+    reads: list[Terms | None] = []
+    why: list[str] = []
+    for p in v.placements:
+        r = ctx.target.resource(p.resource)
+        if not fig.accessible(r, cscope, _reader_ops(e.consumer_kind)):
+            reads.append(None)
+            why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}")
+            continue
+        base = fig.traffic_cycles(e.bytes, r, cscope)
+        degree = 1
+        if e.column_reader and r.banks is not None:
+            degree = conflict_degree(v.shape, v.itemsize, p.layout, (r.banks.count,
+                                                                     r.banks.width))
+        layout_cycles = (math.prod(v.shape) / fig.throughput("cheap")
+                         if p.layout.kind == "swizzled" else 0.0)
+        reads.append(terms(**{TRAFFIC: fig.ns(base, cexec),
+                              BANK: fig.ns(base * (degree - 1), cexec),
+                              LAYOUT: fig.ns(layout_cycles, cexec)}))
+        why.append("")
+    illegal = e.illegal
+    if all(r is None for r in reads):
+        detail = "; ".join(sorted(set(why))) or (
+            f"no resource of {ctx.target.name} can be written by {v.scope} for {v.kind}")
+        illegal = (*illegal, (MATERIALIZED, f"no admissible resource ({detail})"))
+    return Edge(e.index, e.edge_id, e.value, e.producer, e.consumer, e.consumer_kind,
+                e.operand, e.bytes, e.span, e.stage_distance, e.loop_carried, illegal,
+                e.fused, e.recompute, tuple(reads), tuple(why), e.column_reader)
+
+
+def _with_segments(v: Value, edges: list[Edge]) -> Value:
+    spans = [(edges[i].span, i) for i in v.edges]
+    cuts = sorted({s for (a, b), _ in spans for s in (a, b)})
+    segs: list[Segment] = []
+    for lo, hi in itertools.pairwise(cuts):
+        cover = tuple(i for (a, b), i in spans if a <= lo and hi <= b)
+        if cover:
+            segs.append(Segment(lo, hi, cover))
+    return Value(v.index, v.name, v.kind, v.node, v.owner, v.scope, v.shape, v.itemsize,
+                 v.bytes, v.def_point, v.edges, v.consumers, v.home, v.register,
+                 v.reg_bytes, v.placements, v.max_versions, v.stall, v.policy,
+                 v.policy_reason, tuple(segs), v.expensive)
+
+
+def _memories(ctx: _Ctx) -> list[MemoryOccupant]:
+    out: list[MemoryOccupant] = []
+    for alloc in ctx.g.graph["allocs"]:
+        op: core.AllocOp = alloc["op"]
+        res = ctx.alloc_resource.get(id(op.memory))
+        if res is None:
+            continue
+        uses = [n for n, d in ctx.g.nodes(data=True)
+                if isinstance(d["op"], (core.MemLoadOp, core.MemStoreOp))
+                and d["op"].memory is op.memory]
+        if not uses:
+            continue
+        orders = [ctx.g.nodes[n]["order"] for n in uses]
+        lo, hi = min(orders), max(orders) + 1
+        for n in uses:
+            for label in ctx.g.nodes[n]["loops"]:
+                a, b = ctx.loop_span[label]
+                lo, hi = min(lo, a), max(hi, b + 1)
+        itemsize = op.dtype.itemsize
+        nbytes = _align(op.layout.storage_elements(ctx.env) * itemsize, res.alignment)
+        maxv, stall = _memory_versions(ctx, uses)
+        out.append(MemoryOccupant(len(out), "%" + ctx.names.get(op.memory, "memory"),
+                                  res.name, nbytes, (lo, hi),
+                                  op.owner if op.owner in ctx.parallels else "kernel",
+                                  maxv, stall))
+    return out
+
+
+def _memory_versions(ctx: _Ctx, uses: list[str]) -> tuple[int, tuple[int, ...]]:
+    """Versions an explicit Memory wants (stores and loads in different stages)."""
+    nodes = ctx.g.nodes
+    stores = [n for n in uses if isinstance(nodes[n]["op"], core.MemStoreOp)]
+    loads = [n for n in uses if isinstance(nodes[n]["op"], core.MemLoadOp)]
+    dist, window = 0, 1
+    for s in stores:
+        for ld in loads:
+            sd, dd = nodes[s], nodes[ld]
+            if (sd.get("pipeline") is not None and sd.get("pipeline") == dd.get("pipeline")
+                    and sd.get("stage_index") is not None
+                    and dd.get("stage_index") is not None):
+                dist = max(dist, dd["stage_index"] - sd["stage_index"])
+                window = max(window, int(dd.get("window") or 1))
+    if dist <= 0 or window <= 1:
+        return 1, (0,)
+    maxv = min(dist, window - 1) + 1
+    latency = 0.0
+    for s in stores:  # the store and the producer of what it stores are no longer hidden
+        for n in [s, *(u for u, _ in ctx.g.in_edges(s))]:
+            d = nodes[n]
+            scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+            latency += ctx.fig.ns(_latency_cycles(ctx, d, scope), _executions(ctx, d))
+    return maxv, tuple(round(latency * (maxv - k) / (maxv - 1)) for k in range(1, maxv + 1))
+
+
+def _capacities(ctx: _Ctx, values: list[Value], memories: list[MemoryOccupant],
+                points: Mapping[int, Point]) -> dict[tuple[str, str], int | None]:
+    owners = {p.owner for p in points.values()} | {v.owner for v in values}
+    out: dict[tuple[str, str], int | None] = {}
+    for owner in sorted(owners):
+        scope = ctx.owner_scope[owner]
+        reg = ctx.fig.register_home(scope)
+        if reg is not None:
+            out[(reg[0].name, owner)] = reg[1]
+        for r in ctx.target.resources:
+            if r.resource_class == "private" and reg is not None and r.name == reg[0].name:
+                continue
+            cap, reason = ctx.fig.capacity_for(r, scope)
+            if not reason:
+                out[(r.name, owner)] = cap
+    for m in memories:
+        out.setdefault((m.resource, m.owner), ctx.target.resource(m.resource).capacity)
+    return out
+
+
+def _live_points(values: list[Value], memories: list[MemoryOccupant],
+                 points: Mapping[int, Point]) -> list[LivePoint]:
+    """Holders live at each point where something starts (other points are dominated)."""
+    items: list[tuple[int, int, str, tuple[int, int]]] = [
+        (s.start, s.end, "v", (v.index, i)) for v in values for i, s in enumerate(v.segments)]
+    items += [(m.span[0], m.span[1], "m", (m.index, 0)) for m in memories]
+    items.sort()
+    out: list[LivePoint] = []
+    active: list[tuple[int, int, str, tuple[int, int]]] = []
+    pos = 0
+    for p in sorted({it[0] for it in items}):
+        while pos < len(items) and items[pos][0] <= p:
+            active.append(items[pos])
+            pos += 1
+        active = [it for it in active if it[1] > p]
+        if p not in points:
+            continue
+        segs = tuple(sorted(it[3] for it in active if it[2] == "v"))
+        mems = tuple(sorted(it[3][0] for it in active if it[2] == "m"))
+        out.append(LivePoint(p, points[p].owner, segs, mems))
+    return out
+
+
+def _constant(ctx: _Ctx, values: list[Value]) -> Terms:
+    parts: list[Terms] = [v.home for v in values if not v.edges]
+    for n, d in ctx.g.nodes(data=True):
+        if d.get("sink") and d["kind"] in _SINKS:
+            parts.append(_node_terms(ctx, n, _executions(ctx, d)))
+    return add_terms(*parts)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def derived_flags(problem: Problem, choices: tuple[Decision, ...], v: Value
+                  ) -> tuple[bool, bool, bool]:
+    """(home, materialized, preserved across stages) of value ``v`` under ``choices``."""
+    es = [problem.edges[i] for i in v.edges]
+    home = any(choices[e.index] in PRESERVING for e in es)
+    mat = any(choices[e.index] is MATERIALIZED for e in es)
+    cross = any(choices[e.index] in PRESERVING and e.cross_stage for e in es)
+    return home, mat, cross
+
+
+def allowed_choices(problem: Problem, e: Edge,
+                    restrictions: Mapping[int, frozenset[Decision]] | None = None
+                    ) -> list[Decision]:
+    """Legal choices of ``e`` under the policy, or under a baseline's restrictions.
+
+    A baseline is a complete strategy: where it restricts an edge, the policy does not
+    apply.  The ``expensive-only`` policy only inlines edges where inlining is legal.
+    """
+    v = problem.values[e.value]
+    out = [c for c in CHOICES if e.legal(c)]
+    if restrictions and e.index in restrictions:
+        return [c for c in out if c in restrictions[e.index]]
+    if v.policy == "preserve":
+        out = [c for c in out if c in PRESERVING]
+    elif v.policy == "inline":
+        out = [c for c in out if c in INLINING] or out
+    return out
+
+
+def evaluate(problem: Problem, a: Assignment,
+             restrictions: Mapping[int, frozenset[Decision]] | None = None) -> Evaluation:
+    """The reference semantics: constraints checked and every cost term attributed to an edge.
+
+    Value-level costs go to one of the value's edges: the home compute to its first
+    preserved edge, the write (and barrier) to its first materialized edge, a stall to
+    its first preserved cross-stage edge.
+    """
+    bad: list[str] = []
+    edge_terms: list[Terms] = [() for _ in problem.edges]
+    for e in problem.edges:
+        c = a.choices[e.index]
+        if c not in allowed_choices(problem, e, restrictions):
+            bad.append(f"{e.edge_id}: {c.value} is not allowed")
+    for v in problem.values:
+        bad += _evaluate_value(problem, a, v, edge_terms)
+    memory_terms: list[Terms] = []
+    for m in problem.memories:
+        k = a.memory_versions[m.index] if a.memory_versions else 1
+        if not 1 <= k <= m.max_versions:
+            bad.append(f"Memory {m.name}: {k} versions outside 1..{m.max_versions}")
+            continue
+        memory_terms.append(terms(**{STALLS: m.stall[k - 1]}))
+    occupancy = occupancies(problem, a)
+    for occ in occupancy:
+        if occ.capacity is not None and occ.bytes > occ.capacity:
+            bad.append(f"{occ.resource} holds {occ.bytes} B > {occ.capacity} B at point "
+                       f"{occ.point}")
+    return Evaluation(tuple(bad), tuple(edge_terms), add_terms(*memory_terms),
+                      problem.constant, tuple(occupancy))
+
+
+def _evaluate_value(problem: Problem, a: Assignment, v: Value,
+                    edge_terms: list[Terms]) -> list[str]:
+    bad: list[str] = []
+    home, mat, cross = derived_flags(problem, a.choices, v)
+    q = a.placement[v.index]
+    k = a.versions[v.index]
+    es = [problem.edges[i] for i in v.edges]
+    if mat != (q is not None):
+        bad.append(f"{v.name}: placement {q} does not match its materialized edges")
+    if not 1 <= k <= v.max_versions or (k != 1 and not cross):
+        bad.append(f"{v.name}: {k} versions (allowed 1..{v.max_versions}, 1 unless preserved "
+                   "across stages)")
+    for e in es:
+        c = a.choices[e.index]
+        part: list[Terms] = []
+        if c is FUSED:
+            part.append(e.fused)
+        elif c is RECOMPUTED:
+            part.append(e.recompute)
+        elif c is MATERIALIZED and q is not None:
+            read = e.reads[q] if q < len(e.reads) else None
+            if read is None:
+                bad.append(f"{e.edge_id}: placement in {v.placements[q].resource} is not "
+                           "admissible")
+            else:
+                part.append(read)
+        edge_terms[e.index] = add_terms(edge_terms[e.index], *part)
+    first_home = next((e for e in es if a.choices[e.index] in PRESERVING), None)
+    if home and first_home is not None:
+        edge_terms[first_home.index] = add_terms(edge_terms[first_home.index], v.home)
+    first_mat = next((e for e in es if a.choices[e.index] is MATERIALIZED), None)
+    if first_mat is not None and q is not None:
+        edge_terms[first_mat.index] = add_terms(edge_terms[first_mat.index],
+                                                v.placements[q].write)
+    first_cross = next((e for e in es if a.choices[e.index] in PRESERVING and e.cross_stage),
+                       None)
+    if first_cross is not None and 1 <= k <= v.max_versions:
+        edge_terms[first_cross.index] = add_terms(edge_terms[first_cross.index],
+                                                  terms(**{STALLS: v.stall[k - 1]}))
+    return bad
+
+
+def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment
+                 ) -> tuple[bool, bool]:
+    """(in registers, in its materialized buffer) over ``seg``."""
+    cs = [a.choices[i] for i in seg.edges]
+    return VIRTUAL in cs, MATERIALIZED in cs
+
+
+def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
+    """Bytes held per resource at every checked point, with the holders."""
+    out: list[Occupancy] = []
+    for lp in problem.live_points:
+        held: dict[str, list[tuple[str, int]]] = {}
+        for vi, si in lp.segments:
+            v = problem.values[vi]
+            reg, mat = segment_live(problem, a, v, v.segments[si])
+            k = a.versions[vi]
+            label = v.name if k == 1 else f"{v.name} ×{k}"
+            if reg and v.register is not None:
+                held.setdefault(v.register, []).append((label, v.reg_bytes * k))
+            q = a.placement[vi]
+            if mat and q is not None:
+                p = v.placements[q]
+                held.setdefault(p.resource, []).append((label, p.bytes * k))
+        for mi in lp.memories:
+            m = problem.memories[mi]
+            k = a.memory_versions[mi] if a.memory_versions else 1
+            held.setdefault(m.resource, []).append(
+                (m.name if k == 1 else f"{m.name} ×{k}", m.bytes * k))
+        for res, holders in sorted(held.items()):
+            out.append(Occupancy(res, lp.owner, lp.point, sum(b for _, b in holders),
+                                 problem.capacity(res, lp.owner), tuple(holders)))
+    return out

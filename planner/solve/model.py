@@ -1,0 +1,466 @@
+"""The CP-SAT encoding of a priced planning problem (``planner.solve.costs``).
+
+Variables (all Boolean unless noted)
+
+* ``x[e, c]``: edge ``e`` takes choice ``c`` (virtual, fused, recomputed,
+  materialized); exactly one per edge.
+* ``z[e, q]``: materialized edge ``e`` reads placement ``q`` (a (resource, layout)
+  pair of its value); ``sum_q z[e, q] = x[e, materialized]``.
+* ``y[v, q]``: value ``v`` has its one buffer in placement ``q``; ``z[e, q] <= y[v, q]``
+  and ``sum_q y[v, q] <= 1`` make all materialized edges of a value share one buffer.
+* ``u[v, k]``: ``v`` keeps ``k`` versions (only values preserved across pipeline
+  stages choose; the others keep one).  ``mv[m, k]`` likewise for explicit Memory.
+* ``home[v] >= x[e, virtual | materialized]``: the producer runs once.
+* ``reg[v, s]``, ``mat[v, s]``: the value is held in registers / in its buffer over
+  segment ``s`` of its live range (``>=`` each covering edge's choice).
+
+Capacity is one linear sum per (resource, checked point) over live holders, never
+``AddCumulative``: occupancy terms are products ``mat[v, s] ∧ y[v, q] (∧ u[v, k])``
+linearized as ``b >= sum(literals) - (n - 1)``, with ``bytes × k`` coefficients.  A
+constraint that cannot bind (its largest possible sum fits) is not emitted.
+
+Constraint groups (legality of an edge, the policy for a value, a baseline's rule for
+an edge, capacity of a resource at a point) can be guarded by assumption literals;
+CP-SAT's ``SufficientAssumptionsForInfeasibility`` then names the groups of an
+infeasibility core (``planner.solve.explain``).  Without assumptions, forbidden
+choices are simply not created.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from planner.solve.costs import (
+    CHOICES,
+    FUSED,
+    MATERIALIZED,
+    PRESERVING,
+    RECOMPUTED,
+    VIRTUAL,
+    Assignment,
+    Edge,
+    LivePoint,
+    Problem,
+    Value,
+    allowed_choices,
+    total,
+)
+from planner.solve.plan import Decision
+
+Restrictions = Mapping[int, frozenset[Decision]]
+Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
+
+_RANK = {FUSED: 0, VIRTUAL: 1, RECOMPUTED: 2, MATERIALIZED: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A named constraint group: what an infeasibility core can point at."""
+
+    name: str
+    kind: str  # "legal" | "policy" | "baseline" | "capacity"
+    subject: int  # edge, value or live-point index
+    resource: str | None = None
+
+
+@dataclass
+class BuiltModel:
+    """A CP-SAT model with handles on its variables (mutable while it is built)."""
+
+    problem: Problem
+    model: cp_model.CpModel
+    x: dict[tuple[int, Decision], cp_model.IntVar] = field(default_factory=dict)
+    z: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    y: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    u: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    mv: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    cross: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    reg: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    mat: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    products: dict[tuple[object, ...], cp_model.IntVar] = field(default_factory=dict)
+    groups: list[Group] = field(default_factory=list)
+    literals: list[cp_model.IntVar] = field(default_factory=list)
+    cost: list[tuple[cp_model.IntVar, int]] = field(default_factory=list)
+    tiebreak: list[tuple[cp_model.IntVar, int]] = field(default_factory=list)
+    capacity_exprs: dict[tuple[str, int], tuple[list[tuple[cp_model.IntVar, int]], int]] = \
+        field(default_factory=dict)
+    assumptions: bool = False
+
+    def guard(self, group: Group | None) -> list[cp_model.IntVar]:
+        """The enforcement literal of ``group`` (none when assumptions are off)."""
+        if group is None or not self.assumptions:
+            return []
+        lit = self.model.NewBoolVar(group.name)
+        self.groups.append(group)
+        self.literals.append(lit)
+        return [lit]
+
+
+def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
+                assumptions: bool = False, skip: frozenset[str] = frozenset(),
+                hint: Assignment | None = None) -> BuiltModel:
+    """Encode ``problem`` (with a baseline's ``restrictions``) as a CP-SAT model.
+
+    ``assumptions`` guards every named group with a literal; groups named in ``skip``
+    are left out entirely (used to measure what a core's capacity group would need).
+    """
+    bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions)
+    for e in problem.edges:
+        _edge_choices(bm, e, restrictions or {}, skip)
+    for v in problem.values:
+        _value_vars(bm, v, skip)
+    for m in problem.memories:
+        _memory_vars(bm, m.index, m.max_versions, m.stall)
+    for lp in problem.live_points:
+        _capacity(bm, lp, skip)
+    if hint is not None:
+        add_hint(bm, hint)
+    return bm
+
+
+def _edge_choices(bm: BuiltModel, e: Edge, restrictions: Restrictions,
+                  skip: frozenset[str]) -> None:
+    p, m = bm.problem, bm.model
+    legal = [c for c in CHOICES if e.legal(c)]
+    allowed = allowed_choices(p, e, restrictions)
+    policy = legal if e.index in restrictions else allowed_choices(p, e)
+    made = CHOICES if bm.assumptions else allowed
+    for c in made:
+        bm.x[(e.index, c)] = m.NewBoolVar(f"x{e.index}_{c.value[0]}")
+    m.AddExactlyOne([bm.x[(e.index, c)] for c in made])
+    if bm.assumptions:
+        groups = (
+            (Group(f"legal:{e.index}", "legal", e.index), set(CHOICES) - set(legal)),
+            (Group(f"policy:{e.value}", "policy", e.value), set(legal) - set(policy)),
+            (Group(f"baseline:{e.index}", "baseline", e.index), set(policy) - set(allowed)),
+        )
+        for group, banned in groups:
+            if banned and group.name not in skip:
+                lits = _shared_guard(bm, group)
+                for c in sorted(banned, key=_RANK.get):
+                    m.Add(bm.x[(e.index, c)] == 0).OnlyEnforceIf(lits)
+    for c in made:
+        bm.tiebreak.append((bm.x[(e.index, c)], _RANK[c]))
+    if (e.index, FUSED) in bm.x:
+        bm.cost.append((bm.x[(e.index, FUSED)], total(e.fused)))
+    if (e.index, RECOMPUTED) in bm.x:
+        bm.cost.append((bm.x[(e.index, RECOMPUTED)], total(e.recompute)))
+
+
+def _shared_guard(bm: BuiltModel, group: Group) -> list[cp_model.IntVar]:
+    """One literal per group name, even when several edges share it (a value's policy)."""
+    for g, lit in zip(bm.groups, bm.literals, strict=True):
+        if g.name == group.name:
+            return [lit]
+    return bm.guard(group)
+
+
+def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
+    p, m = bm.problem, bm.model
+    edges = [p.edges[i] for i in v.edges]
+    _placement_vars(bm, v, edges, skip)
+    preserved = [bm.x[(e.index, c)] for e in edges for c in PRESERVING
+                 if (e.index, c) in bm.x]
+    if total(v.home) and preserved:
+        home = m.NewBoolVar(f"home{v.index}")
+        for lit in preserved:
+            m.AddImplication(lit, home)
+        bm.cost.append((home, total(v.home)))
+    _version_vars(bm, v, edges)
+    for si, seg in enumerate(v.segments):
+        virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
+        mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
+        if virt and v.register is not None:
+            bm.reg[(v.index, si)] = _at_least_any(m, virt, f"reg{v.index}_{si}")
+        if mats:
+            bm.mat[(v.index, si)] = _at_least_any(m, mats, f"mat{v.index}_{si}")
+
+
+def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
+                  ) -> cp_model.IntVar:
+    if len(lits) == 1:
+        return lits[0]
+    out = m.NewBoolVar(name)
+    for lit in lits:
+        m.AddImplication(lit, out)
+    return out
+
+
+def _placement_vars(bm: BuiltModel, v: Value, edges: list[Edge], skip: frozenset[str]
+                    ) -> None:
+    m = bm.model
+    mat_edges = [e for e in edges if (e.index, MATERIALIZED) in bm.x]
+    if not mat_edges:
+        return
+    readers: dict[int, list[cp_model.IntVar]] = {}
+    for e in mat_edges:
+        zs = []
+        for q in range(len(v.placements)):
+            if e.reads[q] is None and not bm.assumptions:
+                continue
+            z = m.NewBoolVar(f"z{e.index}_{q}")
+            bm.z[(e.index, q)] = z
+            zs.append(z)
+            readers.setdefault(q, []).append(z)
+            if e.reads[q] is None:
+                group = Group(f"legal:{e.index}", "legal", e.index)
+                if group.name not in skip:
+                    m.Add(z == 0).OnlyEnforceIf(_shared_guard(bm, group))
+            else:
+                bm.cost.append((z, total(e.reads[q])))
+                bm.tiebreak.append((z, q))
+        m.Add(sum(zs) == bm.x[(e.index, MATERIALIZED)])
+    ys = []
+    for q, zs in sorted(readers.items()):
+        y = m.NewBoolVar(f"y{v.index}_{q}")
+        bm.y[(v.index, q)] = y
+        ys.append(y)
+        for z in zs:
+            m.AddImplication(z, y)
+        m.AddBoolOr(zs).OnlyEnforceIf(y)
+        bm.cost.append((y, total(v.placements[q].write)))
+    m.AddAtMostOne(ys)
+
+
+def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
+    if v.max_versions <= 1:
+        return
+    m = bm.model
+    cross = [bm.x[(e.index, c)] for e in edges if e.cross_stage for c in PRESERVING
+             if (e.index, c) in bm.x]
+    us = [m.NewBoolVar(f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
+    m.AddExactlyOne(us)
+    for k, lit in enumerate(us, start=1):
+        bm.u[(v.index, k)] = lit
+        bm.tiebreak.append((lit, v.max_versions - k))
+    if not cross:
+        m.Add(us[0] == 1)
+        return
+    p = _at_least_any(m, cross, f"cross{v.index}")
+    bm.cross[v.index] = p
+    m.AddImplication(p.Not(), us[0])
+    for k, lit in enumerate(us, start=1):
+        if v.stall[k - 1]:
+            stall = _product(bm, ("stall", v.index, k), [lit, p])
+            bm.cost.append((stall, v.stall[k - 1]))
+
+
+def _memory_vars(bm: BuiltModel, index: int, max_versions: int, stall: tuple[int, ...]
+                 ) -> None:
+    m = bm.model
+    lits = [m.NewBoolVar(f"mv{index}_{k}") for k in range(1, max_versions + 1)]
+    m.AddExactlyOne(lits)
+    for k, lit in enumerate(lits, start=1):
+        bm.mv[(index, k)] = lit
+        bm.tiebreak.append((lit, max_versions - k))
+        if stall[k - 1]:
+            bm.cost.append((lit, stall[k - 1]))
+
+
+def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar]
+             ) -> cp_model.IntVar:
+    """A literal implied by the conjunction of ``lits`` (exact enough under minimization)."""
+    if len(lits) == 1:
+        return lits[0]
+    out = bm.products.get(key)
+    if out is None:
+        out = bm.model.NewBoolVar("p" + "_".join(map(str, key)))
+        bm.model.Add(out >= sum(lits) - (len(lits) - 1))
+        bm.products[key] = out
+    return out
+
+
+def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
+                    ) -> tuple[list[tuple[cp_model.IntVar, int]], int, int]:
+    """(variable terms, fixed bytes, largest possible bytes) held in ``resource`` at ``lp``."""
+    p = bm.problem
+    out: list[tuple[cp_model.IntVar, int]] = []
+    fixed, most = 0, 0
+    for vi, si in lp.segments:
+        v = p.values[vi]
+        ks = range(1, v.max_versions + 1)
+        versions = [(k, bm.u.get((vi, k))) for k in ks] if v.max_versions > 1 else [(1, None)]
+        if v.register == resource and (vi, si) in bm.reg:
+            for k, uk in versions:
+                lits = [bm.reg[(vi, si)]] + ([uk] if uk is not None else [])
+                out.append((_product(bm, ("r", vi, si, k), lits), v.reg_bytes * k))
+            most += v.reg_bytes * v.max_versions
+        if (vi, si) not in bm.mat:
+            continue
+        qs = [q for q, pl in enumerate(v.placements)
+              if pl.resource == resource and (vi, q) in bm.y]
+        for q in qs:
+            for k, uk in versions:
+                lits = [bm.mat[(vi, si)], bm.y[(vi, q)]] + ([uk] if uk is not None else [])
+                out.append((_product(bm, ("m", vi, si, q, k), lits),
+                            v.placements[q].bytes * k))
+        if qs:
+            most += max(v.placements[q].bytes for q in qs) * v.max_versions
+    for mi in lp.memories:
+        mem = p.memories[mi]
+        if mem.resource != resource:
+            continue
+        if mem.max_versions == 1:
+            fixed += mem.bytes
+        else:
+            out += [(bm.mv[(mi, k)], mem.bytes * k) for k in range(1, mem.max_versions + 1)]
+        most += mem.bytes * mem.max_versions
+    return out, fixed, most + fixed
+
+
+def _capacity(bm: BuiltModel, lp: LivePoint, skip: frozenset[str]) -> None:
+    p = bm.problem
+    for (resource, owner), cap in sorted(p.capacities.items()):
+        if owner != lp.owner or cap is None:
+            continue
+        name = f"capacity:{resource}@{lp.point}"
+        if name in skip:
+            continue
+        out, fixed, most = occupancy_terms(bm, lp, resource)
+        if most <= cap:
+            continue
+        bm.capacity_exprs[(resource, lp.point)] = (out, fixed)
+        lits = bm.guard(Group(name, "capacity", lp.point, resource))
+        bm.model.Add(sum(c * lit for lit, c in out) + fixed <= cap).OnlyEnforceIf(lits)
+
+
+def add_hint(bm: BuiltModel, a: Assignment) -> None:
+    """Hint CP-SAT with a known assignment (a heuristic plan)."""
+    for (e, c), lit in bm.x.items():
+        bm.model.AddHint(lit, a.choices[e] is c)
+    for (vi, q), lit in bm.y.items():
+        bm.model.AddHint(lit, a.placement[vi] == q)
+    for (e, q), lit in bm.z.items():
+        bm.model.AddHint(lit, a.choices[e] is MATERIALIZED
+                         and a.placement[bm.problem.edges[e].value] == q)
+    for (vi, k), lit in bm.u.items():
+        bm.model.AddHint(lit, a.versions[vi] == k)
+
+
+# --------------------------------------------------------------------------- solving
+
+
+@dataclass(frozen=True, slots=True)
+class SolveResult:
+    status: str  # "optimal" | "feasible" | "infeasible" | "unknown"
+    assignment: Assignment | None
+    objective: int
+    bound: int
+    wall_s: float
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    def __init__(self, report: Progress, offset: int) -> None:
+        super().__init__()
+        self._report = report
+        self._offset = offset
+
+    def on_solution_callback(self) -> None:
+        self._report(round(self.ObjectiveValue()) + self._offset,
+                     round(self.BestObjectiveBound()) + self._offset, self.WallTime())
+
+
+def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = seed
+    solver.parameters.log_search_progress = False
+    return solver
+
+
+def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
+          progress: Progress | None = None, canonicalize: bool = True) -> SolveResult:
+    """Minimize estimated time; then, if optimal, break ties deterministically.
+
+    The tie-break phase fixes the optimum and minimizes a preference order (fused
+    before virtual before recomputed before materialized, catalog order of placements,
+    more versions) with one worker, so equal-cost plans come out the same every run.
+    """
+    start = time.perf_counter()
+    offset = total(bm.problem.constant)
+    objective = sum(c * lit for lit, c in bm.cost if c)
+    bm.model.Minimize(objective)
+    solver = _solver(time_limit_s, workers)
+    callback = _Progress(progress, offset) if progress is not None else None
+    status = solver.Solve(bm.model, callback)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
+        return SolveResult(name, None, 0, 0, time.perf_counter() - start)
+    best = round(solver.ObjectiveValue())
+    bound = round(solver.BestObjectiveBound())
+    assignment = decode(bm, solver)
+    optimal = status == cp_model.OPTIMAL
+    left = time_limit_s - (time.perf_counter() - start)
+    if optimal and canonicalize and left > 0.05:
+        assignment = _tiebreak(bm, objective, best, left) or assignment
+    return SolveResult("optimal" if optimal else "feasible", assignment, best + offset,
+                       bound + offset, time.perf_counter() - start)
+
+
+def _tiebreak(bm: BuiltModel, objective: cp_model.LinearExpr, best: int, left: float
+              ) -> Assignment | None:
+    bm.model.Add(objective == best)
+    bm.model.Minimize(sum(c * lit for lit, c in bm.tiebreak if c))
+    bm.model.ClearHints()
+    solver = _solver(left, 1)
+    solver.parameters.max_deterministic_time = max(1.0, 5.0 * len(bm.problem.edges) / 100)
+    status = solver.Solve(bm.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return decode(bm, solver)
+    return None
+
+
+def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:
+    p = bm.problem
+    choices = []
+    for e in p.edges:
+        chosen = [c for c in CHOICES if (e.index, c) in bm.x
+                  and solver.BooleanValue(bm.x[(e.index, c)])]
+        choices.append(chosen[0])
+    placement: list[int | None] = [None] * len(p.values)
+    for (vi, q), lit in bm.y.items():
+        if solver.BooleanValue(lit):
+            placement[vi] = q
+    versions = [1] * len(p.values)
+    for (vi, k), lit in bm.u.items():
+        if solver.BooleanValue(lit):
+            versions[vi] = k
+    memv = [1] * len(p.memories)
+    for (mi, k), lit in bm.mv.items():
+        if solver.BooleanValue(lit):
+            memv[mi] = k
+    return Assignment(tuple(choices), tuple(placement), tuple(versions), tuple(memv))
+
+
+def core_groups(bm: BuiltModel, time_limit_s: float = 5.0) -> list[Group] | None:
+    """The groups of an infeasibility core, or None when the model is feasible/unknown."""
+    bm.model.ClearAssumptions()
+    bm.model.AddAssumptions(bm.literals)
+    solver = _solver(time_limit_s, 1)
+    status = solver.Solve(bm.model)
+    if status != cp_model.INFEASIBLE:
+        return None
+    index = {lit.Index(): g for lit, g in zip(bm.literals, bm.groups, strict=True)}
+    return [index[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in index]
+
+
+def minimum_occupancy(bm: BuiltModel, resource: str, point: int,
+                      active: list[cp_model.IntVar], time_limit_s: float = 2.0
+                      ) -> Assignment | None:
+    """An assignment holding as little as possible in ``resource`` at ``point``, with
+    only the ``active`` group literals assumed."""
+    lp = next(lp for lp in bm.problem.live_points if lp.point == point)
+    out, _, _ = occupancy_terms(bm, lp, resource)
+    bm.model.ClearAssumptions()
+    bm.model.AddAssumptions(active)
+    bm.model.Minimize(sum(c * lit for lit, c in out) if out else 0)
+    solver = _solver(time_limit_s, 1)
+    status = solver.Solve(bm.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return decode(bm, solver)
+    return None

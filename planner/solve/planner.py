@@ -1,0 +1,207 @@
+"""``plan_kernel``: from a kernel and a target catalog to a MaterializationPlan (S3).
+
+The steps are fixed and each is a library call of its own:
+
+1. :func:`planner.solve.costs.build_problem` prices every choice of every live edge
+   (unbound symbols are an error naming them);
+2. the z3 proofs of ``planner.solve.proofs`` run when that module is present;
+3. a baseline, if asked for, becomes per-edge restrictions
+   (:mod:`planner.solve.baselines`);
+4. :func:`planner.solve.model.build_model` / :func:`~planner.solve.model.solve`
+   minimize estimated time with CP-SAT (fixed seed; a single-worker tie-break pass
+   makes equal-cost optima come out the same every run);
+5. the decisions are re-evaluated by the pure-Python reference
+   (:func:`planner.solve.costs.evaluate`), which attributes every cost term to an
+   edge; an infeasible model gets an explanation (:mod:`planner.solve.explain`).
+
+The plan's ``content_hash`` covers the kernel's printed structure, the catalog's
+content hash, the bindings, the policy and the baseline: equal hashes mean the same
+question, and therefore (when solved to optimality) the same plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Mapping
+
+from planner.catalog import Target
+from planner.errors import Diagnostic, PlannerError
+from planner.ir.core import Kernel
+from planner.ir.printer import PrintOptions, print_kernel
+from planner.solve.baselines import baseline_restrictions, greedy_assignment
+from planner.solve.costs import (
+    MATERIALIZED,
+    PRESERVING,
+    VIRTUAL,
+    Assignment,
+    Evaluation,
+    Problem,
+    build_problem,
+    evaluate,
+)
+from planner.solve.explain import edge_reason, explain_infeasible
+from planner.solve.model import build_model, solve
+from planner.solve.plan import (
+    Baseline,
+    EdgePlan,
+    MaterializationPlan,
+    MemoryPlan,
+    Policy,
+    ProofSummary,
+    ResourcePeak,
+    Status,
+)
+
+Progress = Callable[[int, int, float], None]
+
+
+def content_hash(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
+                 policy: Policy, baseline: Baseline | None) -> str:
+    """sha256 of what determines a plan: structure, catalog, bindings, policy, baseline."""
+    payload = json.dumps({
+        "kernel": print_kernel(kernel, PrintOptions(locations=False)),
+        "catalog": target.content_hash or target.name,
+        "bindings": sorted((bindings or {}).items()),
+        "policy": policy.value,
+        "baseline": baseline.value if baseline else None,
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
+                policy: Policy | str = Policy.DEFAULT, baseline: Baseline | str | None = None,
+                time_limit_s: float = 10.0, workers: int = 2,
+                progress: Progress | None = None) -> MaterializationPlan:
+    """Plan every live edge of ``kernel`` on ``target``; see the module docstring."""
+    start = time.perf_counter()
+    policy = _enum(Policy, policy, "policy")
+    base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
+    problem = build_problem(kernel, target, bindings, policy)
+    proofs = run_proofs(kernel, target, bindings, time_limit_s)
+    restrictions = baseline_restrictions(problem, base) if base is not None else {}
+    digest = content_hash(kernel, target, bindings, policy, base)
+    header = _Header(problem, policy, base, proofs, digest)
+    if problem.static_infeasible:
+        return header.infeasible(problem.static_infeasible, time.perf_counter() - start)
+    hint = greedy_assignment(problem, restrictions)
+    bm = build_model(problem, restrictions, hint=hint)
+    left = max(0.05, time_limit_s - (time.perf_counter() - start))
+    result = solve(bm, time_limit_s=left, workers=workers, progress=progress)
+    if result.assignment is not None:
+        return header.solved(result.assignment, restrictions, result.status == "optimal",
+                             result.bound, time.perf_counter() - start)
+    if result.status == "unknown" and hint is not None:
+        return header.solved(hint, restrictions, False, 0, time.perf_counter() - start)
+    if result.status == "unknown":
+        raise PlannerError(Diagnostic(
+            f"no plan for {kernel.name} on {target.name} within {time_limit_s:g} s (neither a "
+            "solution nor a proof of infeasibility); raise --time-limit"), kind="timeout")
+    lines = explain_infeasible(problem, restrictions, base, max(1.0, time_limit_s / 2))
+    return header.infeasible(lines, time.perf_counter() - start)
+
+
+def _enum(cls: type, value: object, what: str):  # noqa: ANN202 - returns a member of cls
+    try:
+        return cls(value)
+    except ValueError:
+        known = ", ".join(m.value for m in cls)
+        raise PlannerError(Diagnostic(f"unknown {what} {value!r} (known: {known})"),
+                           kind="usage") from None
+
+
+def run_proofs(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
+               time_limit_s: float) -> tuple[ProofSummary, ...]:
+    """The z3 proofs of ``planner.solve.proofs`` when that module exists, else none."""
+    if importlib.util.find_spec("planner.solve.proofs") is None:
+        return ()
+    proofs = importlib.import_module("planner.solve.proofs")
+    budget = int(max(200, min(5000, time_limit_s * 250)))
+    try:
+        report = proofs.prove_kernel(kernel, target, bindings=dict(bindings or {}),
+                                     time_limit_ms=budget)
+    except PlannerError:
+        raise
+    except Exception as exc:  # a prover bug must not hide the plan: report it instead
+        return (ProofSummary("proofs", "unknown", f"prover failed: {type(exc).__name__}: "
+                                                  f"{exc}"),)
+    return tuple(ProofSummary(r.name, str(getattr(r.status, "value", r.status)),
+                              str(getattr(r, "detail", ""))) for r in report.results)
+
+
+class _Header:
+    """The parts of a plan shared by the feasible and infeasible cases."""
+
+    def __init__(self, problem: Problem, policy: Policy, baseline: Baseline | None,
+                 proofs: tuple[ProofSummary, ...], digest: str) -> None:
+        self.problem = problem
+        self.policy = policy
+        self.baseline = baseline
+        self.proofs = proofs
+        self.digest = digest
+
+    def _plan(self, **kw: object) -> MaterializationPlan:
+        p = self.problem
+        return MaterializationPlan(kernel=p.kernel, target=p.target, policy=self.policy,
+                                   baseline=self.baseline, bindings=p.bindings,
+                                   proofs=self.proofs, content_hash=self.digest, **kw)
+
+    def infeasible(self, lines: tuple[str, ...], seconds: float) -> MaterializationPlan:
+        return self._plan(edges=(), peaks=(), objective=0, breakdown={},
+                          status=Status.INFEASIBLE, solve_time_s=seconds, explanation=lines)
+
+    def solved(self, a: Assignment, restrictions: Mapping[int, frozenset], optimal: bool,
+               bound: int, seconds: float) -> MaterializationPlan:
+        p = self.problem
+        ev = evaluate(p, a, restrictions)
+        if not ev.feasible:
+            raise PlannerError(Diagnostic("internal error: the solver's plan violates "
+                                          + "; ".join(ev.violations[:3])), kind="internal")
+        objective = ev.objective
+        bound = objective if optimal else min(bound, objective)
+        gap = 0.0 if optimal or objective == 0 else (objective - bound) / objective
+        edges = tuple(self._edge(a, ev, e.index, restrictions) for e in p.edges)
+        return self._plan(edges=edges, peaks=peaks(p, ev), objective=objective,
+                          breakdown=ev.breakdown(),
+                          status=Status.OPTIMAL if optimal else Status.FEASIBLE,
+                          gap=round(gap, 6), solve_time_s=seconds,
+                          memories=self._memories(a), bound=bound)
+
+    def _edge(self, a: Assignment, ev: Evaluation, i: int,
+              restrictions: Mapping[int, frozenset]) -> EdgePlan:
+        p = self.problem
+        e = p.edges[i]
+        v = p.values[e.value]
+        c = a.choices[i]
+        q = a.placement[v.index]
+        resource = layout = sync = None
+        if c is VIRTUAL:
+            resource = v.register
+        elif c is MATERIALIZED and q is not None:
+            resource, layout, sync = (v.placements[q].resource, v.placements[q].layout,
+                                      v.placements[q].sync)
+        versions = a.versions[v.index] if c in PRESERVING else 1
+        return EdgePlan(e.edge_id, e.producer, e.consumer, v.name, e.bytes, c, resource,
+                        layout, versions, sync, e.span, e.stage_distance,
+                        dict(ev.edge_terms[i]),
+                        edge_reason(p, a, ev, e, restrictions, self.baseline))
+
+    def _memories(self, a: Assignment) -> tuple[MemoryPlan, ...]:
+        return tuple(MemoryPlan(m.name, m.resource, m.bytes, a.memory_versions[m.index],
+                                m.max_versions, m.span) for m in self.problem.memories)
+
+
+def peaks(problem: Problem, ev: Evaluation) -> tuple[ResourcePeak, ...]:
+    """The fullest checked point of every resource that holds anything."""
+    best: dict[str, ResourcePeak] = {}
+    for occ in ev.occupancy:
+        cur = best.get(occ.resource)
+        if cur is None or occ.bytes > cur.peak_bytes:
+            best[occ.resource] = ResourcePeak(occ.resource, occ.capacity, occ.bytes,
+                                              occ.point, occ.holders)
+    order = {r: i for i, r in enumerate(problem.resources)}
+    return tuple(sorted(best.values(), key=lambda r: (order.get(r.resource, 99),
+                                                      r.resource)))

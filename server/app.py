@@ -1,0 +1,238 @@
+"""The app factory: ``create_app(settings)`` wires the routers, the limits and the errors.
+
+Every error leaves as one JSON shape, ``{"error": {"kind", "message", "rule", "location",
+"diagnostics", ...}}`` (:class:`server.models.ErrorResponse`): a :class:`PlannerError`
+maps its ``kind`` to a status (unknown-target 404, too-large 413, unsupported 400, the
+rest 422); request validation is 422 (400 for a body that is not JSON); a body over
+``max_body_bytes`` is 413 before any route runs.  An unexpected exception becomes a 500
+with the request id (also sent as ``X-Request-ID`` on every response) and is logged;
+client input is never supposed to reach that path.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+from server.metrics import Metrics
+from server.models import ErrorResponse
+from server.routers import catalogs, health, plan, schemas
+from server.service import REQUEST_FILE, ApiError, Service
+from server.settings import Settings
+
+log = logging.getLogger("planner.server")
+
+#: HTTP status of a PlannerError by kind; any other kind is 422.
+STATUS_OF_KIND = {"unknown-target": 404, "not-found": 404, "too-large": 413,
+                  "unsupported": 400, "usage": 400}
+_HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
+               413: "too-large", 415: "unsupported-media-type"}
+REQUEST_ID = "planner.request_id"
+
+DESCRIPTION = """Plans tile kernels against target catalogs.
+
+Kernels are sent as the JSON IR or the text IR, never as Python: the service executes
+no submitted code. Catalog writes need a bearer token and an `If-Match` precondition.
+Every error body is `{"error": {"kind", "message", "rule", "location", "diagnostics"}}`.
+"""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """A new app with its own :class:`Service` (catalogs, cache, worker pool, metrics)."""
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            service.close()
+
+    app = FastAPI(title="planner", version=health.package_version(), description=DESCRIPTION,
+                  lifespan=lifespan)
+    app.state.service = service
+    for module in (health, plan, catalogs, schemas):
+        app.include_router(module.router)
+    _install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=service.metrics)
+    return app
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+def _request_id(scope: Scope) -> str | None:
+    rid = scope.get(REQUEST_ID)
+    return rid if isinstance(rid, str) else None
+
+
+def error_response(status: int, body: ErrorResponse, scope: Scope,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body.error.request_id = _request_id(scope)
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def planner_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, PlannerError)
+        status = STATUS_OF_KIND.get(exc.kind, 422)
+        return error_response(status, ErrorResponse.from_planner_error(exc), request.scope)
+
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        body = ErrorResponse.of(exc.kind, exc.message, exc.diagnostics,
+                                explanation=exc.explanation)
+        return error_response(exc.status, body, request.scope, exc.headers)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors: list[Any] = list(exc.errors())
+        bad_json = any(e.get("type") == "json_invalid" for e in errors)
+        diags = [Diagnostic(_validation_message(e), SourceLoc(REQUEST_FILE, 0),
+                            rule=str(e.get("type", ""))) for e in errors[:50]]
+        kind = "bad-json" if bad_json else "validation"
+        message = diags[0].message if diags else "invalid request"
+        return error_response(400 if bad_json else 422, ErrorResponse.of(kind, message, diags),
+                              request.scope)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = _HTTP_KINDS.get(exc.status_code, "http-error")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return error_response(exc.status_code, ErrorResponse.of(kind, str(exc.detail)),
+                              request.scope, headers)
+
+    app.add_exception_handler(PlannerError, planner_error)
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and \
+                route.matches({**request.scope, "method": "*"})[0] is not Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
+
+
+def _validation_message(e: dict[str, Any]) -> str:
+    loc = ".".join(str(part) for part in e.get("loc", ()))
+    msg = str(e.get("msg", "invalid"))
+    if e.get("type") == "json_invalid":
+        detail = (e.get("ctx") or {}).get("error", "")
+        return f"invalid JSON at character {e.get('loc', ('', '?'))[-1]}: {detail}".rstrip(": ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+# -- middleware ------------------------------------------------------------------------
+
+
+class RequestContextMiddleware:
+    """Request id, request counting, and the catch-all that turns a crash into a 500."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = uuid.uuid4().hex[:16]
+        scope[REQUEST_ID] = rid
+        status, started = 500, False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started, status = True, message["status"]
+                MutableHeaders(scope=message).append("X-Request-ID", rid)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error in %s %s (request %s)", scope["method"],
+                          scope["path"], rid)
+            if started:
+                raise
+            body = ErrorResponse.of("internal", "unexpected server error (the server log "
+                                    f"has the details under request id {rid})")
+            await error_response(500, body, scope)(scope, receive, send_with_id)
+        finally:
+            route = getattr(scope.get("route"), "path", "<unmatched>")
+            self.metrics.count_request(scope["method"], route, status)
+
+
+class BodyLimitMiddleware:
+    """413 for a body over ``max_bytes``: by Content-Length, else while it streams in.
+
+    The body is read here (at most ``max_bytes``) and replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._too_large(scope, receive, send, f"{declared} bytes declared")
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send, f"over {size} bytes sent")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
+        body = ErrorResponse.of("too-large", f"request body too large ({what}; the limit is "
+                                f"{self.max_bytes} bytes)")
+        await error_response(413, body, scope, {"Connection": "close"})(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,226 @@
+"""Request and response bodies of the HTTP API (pydantic models → the OpenAPI schema).
+
+A kernel travels as the JSON IR object (:mod:`planner.ir.json_form`) or as a string of
+the generic text IR; never as Python source — the service executes no submitted code.
+Plans, comparisons and kernels are documents defined by their own JSON Schemas
+(``GET /v1/schemas/{name}``); the models here describe the envelope around them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.catalog import DEFAULT_TARGET
+from planner.errors import Diagnostic, PlannerError
+from planner.solve.plan import Baseline, Policy
+
+TargetName = Annotated[str, Field(
+    min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$",
+    description="a catalog target name (GET /v1/catalogs lists them)",
+    examples=[DEFAULT_TARGET])]
+SymbolName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+Bindings = Annotated[dict[SymbolName, Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(
+    max_length=64, description="values of the kernel's size symbols",
+    examples=[{"M": 256, "N": 256, "K": 128}])]
+KernelText = Annotated[str, Field(min_length=1, description="the generic text IR of one kernel")]
+KernelInput = Annotated[dict[str, Any] | KernelText, Field(
+    description="the kernel: a JSON IR object (schema: GET /v1/schemas/kernel) or a "
+    "string of text IR")]
+TimeLimit = Annotated[float | None, Field(
+    gt=0, le=86400, description="solver time limit in seconds (capped by the server)")]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanRequest(_Body):
+    """One kernel, one target: plan it."""
+
+    kernel: KernelInput
+    target: TargetName = DEFAULT_TARGET
+    bindings: Bindings = {}
+    policy: Policy = Policy.DEFAULT
+    baseline: Baseline | None = Field(None, description="plan with a fixed baseline strategy")
+    time_limit: TimeLimit = None
+
+
+class LowerRequest(PlanRequest):
+    """Plan a kernel (or reuse the cached plan) and emit code for it."""
+
+    emit: Literal["llvm", "loops", "msl"] = Field(
+        "llvm", description="llvm: LLVM IR; loops: the scheduled loop program; msl: Metal "
+        "Shading Language (400 unsupported while no Metal emitter is installed)")
+
+
+class CheckRequest(_Body):
+    """Verify a kernel and run the target's proofs; no planning."""
+
+    kernel: KernelInput
+    target: TargetName = DEFAULT_TARGET
+    bindings: Bindings = {}
+    time_limit: TimeLimit = Field(None, description="z3 time limit per proof obligation, "
+                                  "in seconds (default 2, capped by the server)")
+
+
+class CompareVariant(_Body):
+    """One column of a comparison."""
+
+    label: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        None, description="column title (default: target/policy[/baseline])")
+    target: TargetName = DEFAULT_TARGET
+    policy: Policy = Policy.DEFAULT
+    baseline: Baseline | None = None
+
+    def default_label(self) -> str:
+        parts = [self.target, self.policy.value, *([self.baseline.value] if self.baseline else [])]
+        return self.label or "/".join(parts)
+
+
+class CompareRequest(_Body):
+    """One kernel planned under several targets, policies or baselines."""
+
+    kernel: KernelInput
+    bindings: Bindings = {}
+    variants: Annotated[list[CompareVariant], Field(min_length=1, max_length=64)]
+    time_limit: TimeLimit = None
+
+
+# -- responses --------------------------------------------------------------------------
+
+
+class Location(BaseModel):
+    file: str
+    line: int
+    col: int = 0
+
+
+class Note(BaseModel):
+    location: Location
+    message: str
+
+
+class DiagnosticModel(BaseModel):
+    """A located finding (the JSON of :class:`planner.errors.Diagnostic`)."""
+
+    severity: Literal["error", "warning", "note"]
+    rule: str
+    message: str
+    location: Location
+    notes: list[Note] = []
+
+
+class ErrorInfo(BaseModel):
+    kind: str = Field(description="machine-readable class: parse, invalid-ir, catalog, "
+                      "unknown-target, too-large, infeasible, unsupported, validation, ...")
+    message: str
+    rule: str = ""
+    location: Location | None = None
+    diagnostics: list[DiagnosticModel] = []
+    explanation: list[str] = Field([], description="infeasible plans: the violated groups")
+    request_id: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx and 5xx response."""
+
+    error: ErrorInfo
+
+    @classmethod
+    def of(cls, kind: str, message: str, diagnostics: list[Diagnostic] | None = None,
+           **extra: Any) -> ErrorResponse:
+        diags = diagnostics or []
+        first = diags[0] if diags else None
+        return cls(error=ErrorInfo(
+            kind=kind, message=message, rule=first.rule if first else "",
+            location=Location(file=first.loc.file, line=first.loc.line, col=first.loc.col)
+            if first else None,
+            diagnostics=[DiagnosticModel.model_validate(d.to_json()) for d in diags], **extra))
+
+    @classmethod
+    def from_planner_error(cls, exc: PlannerError, **extra: Any) -> ErrorResponse:
+        message = exc.diagnostics[0].message if exc.diagnostics else str(exc)
+        return cls.of(exc.kind, message, exc.diagnostics, **extra)
+
+
+PlanDocument = Annotated[dict[str, Any], Field(
+    description="a MaterializationPlan (schema: GET /v1/schemas/plan)")]
+
+
+class ProofResult(BaseModel):
+    """One proof obligation (S13-S20) and its verdict."""
+
+    name: str = Field(description="can_access, factorization, int64, capacity, ...")
+    subject: str
+    status: str = Field(description="proved, refuted (with a counterexample) or unknown")
+    detail: str = ""
+    counterexample: dict[str, int] | None = None
+    rule: str = ""
+    elapsed_ms: float = 0.0
+    location: Location
+
+
+class CheckResponse(BaseModel):
+    kernel: str
+    target: str
+    ok: bool = Field(description="the verifier passed and no proof was refuted or unknown")
+    proofs: list[ProofResult]
+    diagnostics: list[DiagnosticModel]
+
+
+class LowerResponse(BaseModel):
+    kernel: str
+    target: str
+    emit: str
+    code: str
+    plan: PlanDocument
+
+
+class CatalogSummary(BaseModel):
+    name: str
+    etag: str = Field(description="content hash of the catalog file (send it as If-Match)")
+    origin: Literal["builtin", "user", "extra"] = Field(
+        description="builtin: shipped; user: the writable directory; extra: --catalog-dir")
+    description: str = ""
+    backend: str | None = None
+    overrides_builtin: bool = False
+
+
+class CatalogList(BaseModel):
+    catalogs: list[CatalogSummary]
+    writes_enabled: bool
+
+
+class CatalogDetail(CatalogSummary):
+    content: dict[str, Any] = Field(description="the catalog document (as its YAML loads)")
+
+
+class CatalogWritten(BaseModel):
+    name: str
+    etag: str
+    created: bool
+    overrides_builtin: bool
+    note: str = ""
+    dropped_plans: int = Field(0, description="cached plans for this target, now dropped")
+
+
+class CatalogDeleted(BaseModel):
+    name: str
+    builtin_restored: bool = Field(description="a built-in catalog of this name is visible again")
+    dropped_plans: int = 0
+
+
+class CatalogValidation(BaseModel):
+    valid: Literal[True] = True
+    name: str
+    etag: str = Field(description="the ETag the catalog would have once written")
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+    targets: int
+    plans_cached: int
+    solves_in_flight: int

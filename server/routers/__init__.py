@@ -1,0 +1,26 @@
+"""One router per resource: planning (``plan``), catalogs, health and metrics, schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.models import ErrorResponse
+
+_DESCRIPTIONS = {
+    400: "Bad request: invalid JSON, or an unsupported option",
+    401: "Missing or wrong bearer token",
+    403: "Catalog writes are disabled (no token or no writable directory configured)",
+    404: "Unknown target",
+    409: "The catalog is not a user file (built-in catalogs cannot be deleted)",
+    412: "If-Match does not match the catalog's current ETag",
+    413: "Request body or kernel too large",
+    422: "Malformed request, invalid kernel or catalog, or an infeasible plan",
+    428: "A catalog write without If-Match / If-None-Match",
+    500: "Unexpected server error (carries a request id; never caused by client input)",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for ``codes`` plus 413 and 500, all with the error body."""
+    return {code: {"model": ErrorResponse, "description": _DESCRIPTIONS[code]}
+            for code in sorted({*codes, 413, 500})}

@@ -1,0 +1,197 @@
+"""Target catalogs: list, read (YAML or JSON), validate, and guarded writes.
+
+Writes (PUT, DELETE) need ``Authorization: Bearer <token>`` and a precondition:
+``If-Match: "<etag>"`` with the ETag of the catalog as last read (``If-None-Match: *``
+to create a new one).  A missing precondition is 428, a stale one 412, so two people
+editing the same catalog cannot silently overwrite each other.  Written files go to
+the writable catalog directory, which is searched first: writing ``x86-avx2`` there
+overrides the built-in target until the file is deleted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from planner.catalog import Target, load_target_text
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+from server.models import (
+    CatalogDeleted,
+    CatalogDetail,
+    CatalogList,
+    CatalogSummary,
+    CatalogValidation,
+    CatalogWritten,
+)
+from server.routers import error_responses
+from server.service import REQUEST_FILE, ApiError, CatalogFile, ServiceDep, etag_of
+
+router = APIRouter(prefix="/v1/catalogs", tags=["catalogs"])
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+CatalogName = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$",
+                                  description="target name (the file is <name>.yaml)")]
+IfMatch = Annotated[str | None, Header(description='the ETag last read, e.g. "3f2a..."')]
+IfNoneMatch = Annotated[str | None, Header(description="* to create a catalog that must "
+                                                       "not exist yet")]
+_bearer = HTTPBearer(auto_error=False, description="the token set with planner serve "
+                     "--token-env")
+
+_CATALOG_BODY = {"requestBody": {"required": True, "description": "the catalog file (YAML; "
+                                 "JSON is YAML too). Schema: GET /v1/schemas/catalog",
+                                 "content": {"application/yaml": {"schema": {"type": "string"}},
+                                             "application/json": {"schema": {"type": "object"}}}}}
+_ETAG_HEADER = {"ETag": {"description": "the catalog's content hash", "schema": {"type": "string"}}}
+
+
+def require_writer(service: ServiceDep,
+                   credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                          Depends(_bearer)]) -> None:
+    """Catalog writes: 403 when disabled, 401 without the configured bearer token."""
+    token = service.settings.token
+    if token is None or service.catalogs.writable is None:
+        raise ApiError(403, "writes-disabled", "catalog writes are disabled on this server "
+                       "(start it with a token and a writable catalog directory)")
+    given = credentials.credentials if credentials else ""
+    if not secrets.compare_digest(given.encode(), token.get_secret_value().encode()):
+        raise ApiError(401, "unauthorized", "catalog writes need Authorization: Bearer <token>",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+WriterDep = Annotated[None, Depends(require_writer)]
+
+
+def _summary(file: CatalogFile, service: ServiceDep) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": file.name, "etag": file.etag, "origin": file.origin,
+                           "overrides_builtin": file.overrides_builtin}
+    try:
+        target = service.catalogs.target(file.name)
+    except PlannerError:
+        return out
+    backend = target.backend.value if target.backend else None
+    return {**out, "description": target.description, "backend": backend}
+
+
+def _wants_yaml(accept: str | None) -> bool:
+    """True when ``Accept`` ranks a YAML type above JSON (JSON is the default)."""
+    best: dict[str, float] = {"yaml": -1.0, "json": -1.0}
+    for part in (accept or "").split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        kind = "yaml" if media.lower() in YAML_TYPES else \
+            "json" if media.lower() in ("application/json", "*/*", "application/*") else None
+        if kind:
+            best[kind] = max(best[kind], q)
+    return best["yaml"] > 0 and best["yaml"] > best["json"]
+
+
+@router.get("", responses=error_responses())
+async def list_catalogs(service: ServiceDep) -> CatalogList:
+    """Every visible target, the file it comes from and its ETag."""
+    def collect() -> list[dict[str, Any]]:
+        found = (service.catalogs.find_or_none(e.name) for e in service.registry.list())
+        return [_summary(f, service) for f in found if f is not None]
+
+    summaries = await asyncio.to_thread(collect)
+    return CatalogList(catalogs=[CatalogSummary.model_validate(s) for s in summaries],
+                       writes_enabled=service.settings.writes_enabled)
+
+
+@router.get("/{name}", response_model=CatalogDetail, responses={
+    200: {"description": "The catalog: JSON by default, the YAML file for Accept: "
+          "application/yaml", "headers": _ETAG_HEADER,
+          "content": {"application/yaml": {"schema": {"type": "string"}}}},
+    **error_responses(404, 422)})
+async def get_catalog(name: CatalogName, request: Request, service: ServiceDep) -> Response:
+    """One catalog, as its YAML file or as JSON (chosen by ``Accept``), with its ETag."""
+    file = await asyncio.to_thread(service.catalogs.find, name)
+    headers = {"ETag": f'"{file.etag}"', "Vary": "Accept"}
+    if _wants_yaml(request.headers.get("accept")):
+        return Response(file.data, media_type="application/yaml", headers=headers)
+    await asyncio.to_thread(service.catalogs.target, name)  # 422 if the file is invalid
+    content = json.loads(json.dumps(yaml.safe_load(file.data), default=str))
+    detail = CatalogDetail(**_summary(file, service), content=content)
+    return Response(detail.model_dump_json(), media_type="application/json", headers=headers)
+
+
+@router.put("/{name}", status_code=200, openapi_extra=_CATALOG_BODY, responses={
+    200: {"description": "Replaced (or created) the catalog", "headers": _ETAG_HEADER},
+    **error_responses(401, 403, 412, 422, 428)})
+async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
+                      _writer: WriterDep, if_match: IfMatch = None,
+                      if_none_match: IfNoneMatch = None) -> Response:
+    """Validate a catalog and atomically replace ``<writable dir>/<name>.yaml``.
+
+    Writing the name of a built-in target overrides it (DELETE restores the built-in).
+    """
+    data = await _catalog_body(request)
+    result = await asyncio.to_thread(service.catalogs.write, name, data, if_match,
+                                     if_none_match)
+    dropped = service.cache.drop_target(name)
+    note = (f"this file overrides the built-in catalog {name!r}; DELETE "
+            f"/v1/catalogs/{name} restores it" if result.overrides_builtin else "")
+    body = CatalogWritten(name=name, etag=result.etag, created=result.created,
+                          overrides_builtin=result.overrides_builtin, note=note,
+                          dropped_plans=dropped)
+    return Response(body.model_dump_json(), media_type="application/json",
+                    headers={"ETag": f'"{result.etag}"'})
+
+
+@router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 428))
+async def delete_catalog(name: CatalogName, service: ServiceDep, _writer: WriterDep,
+                         if_match: IfMatch = None) -> CatalogDeleted:
+    """Delete a user catalog file (never a built-in one)."""
+    restored = await asyncio.to_thread(service.catalogs.delete, name, if_match)
+    return CatalogDeleted(name=name, builtin_restored=restored,
+                          dropped_plans=service.cache.drop_target(name))
+
+
+@router.post("/validate", openapi_extra=_CATALOG_BODY, responses=error_responses(422))
+async def validate_catalog(request: Request) -> CatalogValidation:
+    """Check a catalog without saving it: 200 if valid, else 422 with every located mistake."""
+    data = await _catalog_body(request)
+    target = await asyncio.to_thread(_validate, data)
+    return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
+
+
+def _validate(data: bytes) -> Target:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
+                                      SourceLoc(REQUEST_FILE, 1)), kind="catalog") from None
+    return load_target_text(text, REQUEST_FILE)
+
+
+async def _catalog_body(request: Request) -> bytes:
+    data = await request.body()
+    if not data.strip():
+        raise ApiError(422, "validation", "the request body must be the catalog (YAML or JSON)")
+    return data
+
+
+def _validate(data: bytes) -> CatalogValidation:
+    try:
+        target = load_target_text(data.decode("utf-8"), "<request>")
+    except UnicodeDecodeError as exc:
+        diags = [Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
+                            SourceLoc("<request>", 1))]
+    except PlannerError as exc:
+        diags = exc.diagnostics
+    else:
+        return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
+    return CatalogValidation(valid=False, diagnostics=[
+        DiagnosticModel.model_validate(d.to_json()) for d in diags])

@@ -1,0 +1,103 @@
+"""Planning: ``POST /v1/plan``, ``/v1/compare``, ``/v1/check`` and ``/v1/lower``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from server.models import (
+    CheckRequest,
+    CheckResponse,
+    CompareRequest,
+    LowerRequest,
+    LowerResponse,
+    PlanRequest,
+)
+from server.routers import error_responses
+from server.service import (
+    ApiError,
+    Planned,
+    ServiceDep,
+    check_job,
+    compare_job,
+    emitters,
+    lower_job,
+)
+
+router = APIRouter(prefix="/v1", tags=["planning"])
+
+_PLAN_OK = {"description": "The MaterializationPlan (schema: GET /v1/schemas/plan)",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+            "headers": {"X-Plan-Cache": {"description": "hit or miss",
+                                         "schema": {"type": "string"}}}}
+
+
+def _infeasible(planned: Planned) -> ApiError:
+    explanation = [str(line) for line in planned.plan.explanation]
+    message = "no plan satisfies the constraints" + (f": {explanation[0]}" if explanation else "")
+    return ApiError(422, "infeasible", message, explanation=explanation)
+
+
+@router.post("/plan", responses={200: _PLAN_OK, **error_responses(400, 404, 422)})
+async def plan(body: PlanRequest, service: ServiceDep) -> Response:
+    """Plan one kernel on one target; identical requests are answered from the cache."""
+    start = time.perf_counter()
+    planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
+                                      body.baseline, body.time_limit)
+    service.metrics.observe_plan("plan", "hit" if hit else "miss", time.perf_counter() - start)
+    if planned.infeasible:
+        raise _infeasible(planned)
+    return JSONResponse(planned.json, headers={"X-Plan-Cache": "hit" if hit else "miss"})
+
+
+@router.post("/compare", responses={
+    200: {"description": "The comparison (rows per edge, one column per variant)",
+          "content": {"application/json": {"schema": {"type": "object"}}}},
+    **error_responses(400, 404, 422)})
+async def compare(body: CompareRequest, service: ServiceDep) -> Response:
+    """Plan one kernel under several targets, policies or baselines and compare the plans."""
+    if len(body.variants) > service.settings.max_compare_variants:
+        raise ApiError(413, "too-large", f"{len(body.variants)} variants; at most "
+                       f"{service.settings.max_compare_variants} per request")
+    start = time.perf_counter()
+    results = await asyncio.gather(*(
+        service.plan(body.kernel, v.target, body.bindings, v.policy, v.baseline,
+                     body.time_limit) for v in body.variants))
+    labelled = [(v.default_label(), planned.plan)
+                for v, (planned, _) in zip(body.variants, results, strict=True)]
+    comparison: dict[str, Any] = await service.run(compare_job, labelled)
+    cache = "hit" if all(hit for _, hit in results) else "miss"
+    service.metrics.observe_plan("compare", cache, time.perf_counter() - start)
+    return JSONResponse(comparison)
+
+
+@router.post("/check", responses=error_responses(400, 404, 422))
+async def check(body: CheckRequest, service: ServiceDep) -> CheckResponse:
+    """Run the verifier and the target's proofs (capacity, access, layouts, 64-bit)."""
+    target = await asyncio.to_thread(service.catalogs.target, body.target)
+    time_limit = min(body.time_limit or 2.0, service.settings.max_time_limit_s)
+    report = await service.run(check_job, body.kernel, target, dict(body.bindings),
+                               service.settings.max_graph_ops, time_limit)
+    return CheckResponse.model_validate(report)
+
+
+@router.post("/lower", responses=error_responses(400, 404, 422))
+async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
+    """Plan the kernel (or reuse the cached plan) and return the emitted code."""
+    if body.emit not in emitters():
+        raise ApiError(400, "unsupported", f"emit {body.emit!r} is not available in this "
+                       f"build (available: {', '.join(sorted(emitters()))})")
+    start = time.perf_counter()
+    planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
+                                      body.baseline, body.time_limit)
+    if planned.infeasible:
+        raise _infeasible(planned)
+    code = await service.run(lower_job, body.kernel, planned.plan, planned.target, body.emit,
+                             service.settings.max_graph_ops)
+    service.metrics.observe_plan("lower", "hit" if hit else "miss", time.perf_counter() - start)
+    return LowerResponse(kernel=planned.plan.kernel, target=body.target, emit=body.emit,
+                         code=code, plan=planned.json)

@@ -1,0 +1,381 @@
+"""What the routers share: settings, catalogs, the plan cache, the worker pool, metrics.
+
+One :class:`Service` per app, built by :func:`server.app.create_app` from its settings
+and reached from a route through the ``ServiceDep`` dependency.  Parsing, planning,
+proving and lowering run in :attr:`Service.pool` (``settings.pool_workers`` threads),
+never on the event loop, so a long solve leaves other requests (``/healthz``, catalog
+reads) answering; CP-SAT and z3 release the GIL while they search.
+
+Catalog writes go through :class:`CatalogStore`: validate, then under a per-name lock
+compare the client's ``If-Match`` with the current file's hash and replace the file
+atomically (temp file, fsync, ``os.replace``, fsync of the directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import Depends, Request
+
+from planner.catalog import BUILTIN_DIR, CatalogRegistry, Target, load_target_text
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.ir.core import Kernel
+from planner.ir.json_form import kernel_from_json
+from planner.ir.parser import parse_kernel
+from planner.ir.verify import verify
+from planner.solve import plan_kernel
+from planner.solve.compare import compare_plans, comparison_to_json
+from planner.solve.plan import Baseline, MaterializationPlan, Policy, Status
+from planner.solve.plan_io import plan_to_json
+from planner.solve.proofs import prove_kernel
+from server.cache import PlanCache, PlanKey
+from server.metrics import Metrics
+from server.settings import Settings
+
+T = TypeVar("T")
+KernelSource = dict[str, Any] | str
+Origin = Literal["builtin", "user", "extra"]
+
+REQUEST_FILE = "<request>"
+
+
+class ApiError(Exception):
+    """A 4xx answer that is not a :class:`PlannerError` (preconditions, auth, ...)."""
+
+    def __init__(self, status: int, kind: str, message: str, *,
+                 headers: Mapping[str, str] | None = None,
+                 explanation: list[str] | None = None,
+                 diagnostics: list[Diagnostic] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+        self.headers = dict(headers or {})
+        self.explanation = explanation or []
+        self.diagnostics = diagnostics or []
+
+
+# -- the work done in the pool ---------------------------------------------------------
+
+
+def decode_kernel(source: KernelSource, max_ops: int) -> Kernel:
+    """A kernel from its JSON IR object or text IR; never executes anything."""
+    if isinstance(source, str):
+        return parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
+    return kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A solved plan and its JSON, as the cache keeps them."""
+
+    plan: MaterializationPlan
+    json: dict[str, Any]
+    target: Target
+
+    @property
+    def infeasible(self) -> bool:
+        return self.plan.status == Status.INFEASIBLE
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """Everything one solve needs (plain data: safe to hand to a worker thread)."""
+
+    kernel: KernelSource
+    target: Target
+    bindings: dict[str, int]
+    policy: Policy
+    baseline: Baseline | None
+    time_limit_s: float
+    max_ops: int
+    solver_workers: int
+
+    def run(self) -> Planned:
+        kernel = decode_kernel(self.kernel, self.max_ops)
+        plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
+                           policy=self.policy, baseline=self.baseline,
+                           time_limit_s=self.time_limit_s, workers=self.solver_workers)
+        return Planned(plan, plan_to_json(plan), self.target)
+
+
+def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
+              max_ops: int, time_limit_s: float) -> dict[str, Any]:
+    """Verifier, then the target's proofs; a verifier error raises (422)."""
+    kernel = decode_kernel(source, max_ops)
+    verify(kernel, bindings)
+    report = prove_kernel(kernel, target, bindings or None,
+                          time_limit_ms=max(1, int(time_limit_s * 1000)))
+    return {"kernel": kernel.name, "target": target.name, "ok": report.ok,
+            "proofs": [r.to_json() for r in report.results],
+            "diagnostics": [d.to_json() for d in report.diagnostics()]}
+
+
+def lower_job(source: KernelSource, plan: MaterializationPlan, target: Target, emit: str,
+              max_ops: int) -> str:
+    """The code ``emit`` produces for ``plan``; unknown emitters are 400 unsupported."""
+    emitter = emitters().get(emit)
+    if emitter is None:
+        raise ApiError(400, "unsupported", f"emit {emit!r} is not available in this build "
+                       f"(available: {', '.join(sorted(emitters()))})")
+    return emitter(decode_kernel(source, max_ops), plan, target)
+
+
+def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, Any]:
+    return comparison_to_json(compare_plans(labelled))
+
+
+@functools.cache
+def emitters() -> dict[str, Callable[[Kernel, MaterializationPlan, Target], str]]:
+    """The code emitters this build has, by ``emit`` name."""
+    import planner.lower as lower
+
+    table: dict[str, Callable[[Kernel, MaterializationPlan, Target], str]] = {
+        "llvm": lambda k, p, t: str(lower.compile_kernel(k, p, t).llvm_ir),
+        "loops": lambda k, p, t: str(lower.build_loop_program(k, p, t)),
+    }
+    emit_msl = getattr(lower, "emit_msl", None)
+    if callable(emit_msl):
+        table["msl"] = lambda k, p, t: str(emit_msl(k, p, t))
+    return table
+
+
+# -- catalogs --------------------------------------------------------------------------
+
+
+def etag_of(data: bytes) -> str:
+    """A catalog's entity tag: the SHA-256 of its file's bytes (= Target.content_hash)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tags(header: str) -> list[str]:
+    """The entity tags of an If-Match / If-None-Match header (quotes and W/ removed)."""
+    tags = []
+    for part in header.split(","):
+        tag = part.strip().removeprefix("W/").strip()
+        if tag:
+            tags.append(tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else tag)
+    return tags
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogFile:
+    name: str
+    path: Path
+    data: bytes
+    origin: Origin
+    overrides_builtin: bool
+
+    @property
+    def etag(self) -> str:
+        return etag_of(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    etag: str
+    created: bool
+    overrides_builtin: bool
+
+
+class CatalogStore:
+    """Reads catalogs by name; writes and deletes files of the writable directory."""
+
+    def __init__(self, registry: CatalogRegistry, writable: Path | None, builtin: Path) -> None:
+        self.registry, self.writable, self.builtin = registry, writable, builtin
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._targets: dict[str, Target] = {}  # content hash -> target
+
+    def lock(self, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def origin(self, path: Path) -> Origin:
+        if self.writable is not None and path.parent == self.writable:
+            return "user"
+        return "builtin" if path.parent == self.builtin else "extra"
+
+    def find(self, name: str) -> CatalogFile:
+        """The visible file of target ``name`` (PlannerError unknown-target if none)."""
+        path = self.registry.path(name)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # deleted between lookup and read
+            raise PlannerError(Diagnostic(f"unknown target {name!r}"),
+                               kind="unknown-target") from None
+        overrides = (self.builtin / f"{name}.yaml").is_file() and path.parent != self.builtin
+        return CatalogFile(name, path, data, self.origin(path), overrides)
+
+    def find_or_none(self, name: str) -> CatalogFile | None:
+        try:
+            return self.find(name)
+        except PlannerError as exc:
+            if exc.kind == "unknown-target":
+                return None
+            raise
+
+    def target(self, name: str) -> Target:
+        """The validated target ``name``, as its current file says (cached by content)."""
+        file = self.find(name)
+        cached = self._targets.get(file.etag)
+        if cached is not None and cached.name == name:
+            return cached
+        target = self.load(file.data, str(file.path), name)
+        if len(self._targets) >= 64:  # old versions of edited catalogs
+            self._targets.clear()
+        self._targets[file.etag] = target
+        return target
+
+    @staticmethod
+    def load(data: bytes, filename: str, name: str) -> Target:
+        """Validate catalog bytes whose target must be called ``name``."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
+                                          SourceLoc(filename, 1)), kind="catalog") from None
+        target = load_target_text(text, filename)
+        if target.name != name:
+            raise PlannerError(Diagnostic(
+                f"target name {target.name!r} does not match the catalog name {name!r} in "
+                "the URL", SourceLoc(filename, 1), rule="name"), kind="catalog")
+        return target
+
+    def write(self, name: str, data: bytes, if_match: str | None,
+              if_none_match: str | None) -> WriteResult:
+        """Validate, check the precondition and atomically replace ``<writable>/name.yaml``."""
+        assert self.writable is not None
+        self.load(data, f"{name}.yaml", name)
+        with self.lock(name):
+            current = self.find_or_none(name)
+            self._precondition(current, if_match, if_none_match)
+            _atomic_write(self.writable / f"{name}.yaml", data)
+        overrides = (self.builtin / f"{name}.yaml").is_file()
+        return WriteResult(etag_of(data), current is None or current.origin != "user", overrides)
+
+    def delete(self, name: str, if_match: str | None) -> bool:
+        """Remove the user's file; True when a built-in of that name shows again."""
+        assert self.writable is not None
+        path = self.writable / f"{name}.yaml"
+        with self.lock(name):
+            current = self.find_or_none(name)
+            if current is None:
+                raise PlannerError(Diagnostic(f"unknown target {name!r}"),
+                                   kind="unknown-target")
+            if current.origin != "user":
+                raise ApiError(409, "read-only-catalog", f"catalog {name!r} is not a user "
+                               f"file ({current.origin}); only files written through this "
+                               "API can be deleted")
+            if if_match is None:
+                raise ApiError(428, "precondition-required", "DELETE needs If-Match with the "
+                               "catalog's ETag")
+            self._precondition(current, if_match, None)
+            path.unlink()
+            _fsync_dir(path.parent)
+        return (self.builtin / f"{name}.yaml").is_file()
+
+    @staticmethod
+    def _precondition(current: CatalogFile | None, if_match: str | None,
+                      if_none_match: str | None) -> None:
+        etag = current.etag if current else None
+        if if_match is not None:
+            tags = _tags(if_match)
+            ok = etag is not None and ("*" in tags or etag in tags)
+        elif if_none_match is not None:
+            tags = _tags(if_none_match)
+            ok = etag is None or not ("*" in tags or etag in tags)
+        else:
+            raise ApiError(428, "precondition-required", "a catalog write needs If-Match with "
+                           "the current ETag (GET the catalog first), or If-None-Match: * to "
+                           "create a new one")
+        if not ok:
+            state = f"its current ETag is {etag}" if etag else "it does not exist"
+            raise ApiError(412, "precondition-failed", f"the catalog changed: {state}",
+                           headers={"ETag": f'"{etag}"'} if etag else None)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- the service -----------------------------------------------------------------------
+
+
+class Service:
+    """The state of one app instance (see the module docstring)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        writable = settings.writable_catalog_dir
+        if writable is not None:
+            writable.mkdir(parents=True, exist_ok=True)
+            writable = writable.resolve()
+        dirs = [d.resolve() for d in (writable, *settings.catalog_dirs) if d is not None]
+        self.registry = CatalogRegistry(dirs)
+        self.catalogs = CatalogStore(self.registry, writable, BUILTIN_DIR.resolve())
+        self.cache: PlanCache[Planned] = PlanCache(settings.cache_size)
+        self.metrics = Metrics()
+        self.pool = ThreadPoolExecutor(settings.pool_workers, thread_name_prefix="planner-pool")
+        self.in_flight = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """``fn(*args)`` in the worker pool."""
+        self.in_flight += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        finally:
+            self.in_flight -= 1
+
+    async def plan(self, kernel: KernelSource, target_name: str, bindings: dict[str, int],
+                   policy: Policy, baseline: Baseline | None, time_limit: float | None
+                   ) -> tuple[Planned, bool]:
+        """The plan (from the cache when an identical request was solved) and ``hit``."""
+        target = await asyncio.to_thread(self.catalogs.target, target_name)
+        key = PlanKey.of(kernel, target_name, target.content_hash, bindings, policy.value,
+                         baseline.value if baseline else None)
+        job = PlanJob(kernel, target, dict(bindings), policy, baseline,
+                      self.settings.time_limit(time_limit), self.settings.max_graph_ops,
+                      self.settings.solver_workers)
+        # Plans cut short by the time limit are not kept: a later request may do better.
+        return await self.cache.get_or_compute(key, lambda: self.run(job.run),
+                                               keep=lambda p: p.plan.status != Status.FEASIBLE)
+
+
+def get_service(request: Request) -> Service:
+    """The app's :class:`Service` (a dependency)."""
+    service: Service = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
