@@ -151,6 +151,16 @@ def emitters() -> dict[str, Callable[[Kernel, MaterializationPlan, Target], str]
 # -- catalogs --------------------------------------------------------------------------
 
 
+def load_catalog_bytes(data: bytes, filename: str) -> Target:
+    """Validate a catalog file's bytes (PlannerError kind ``catalog`` with located errors)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
+                                      SourceLoc(filename, 1)), kind="catalog") from None
+    return load_target_text(text, filename)
+
+
 def etag_of(data: bytes) -> str:
     """A catalog's entity tag: the SHA-256 of its file's bytes (= Target.content_hash)."""
     return hashlib.sha256(data).hexdigest()
@@ -238,12 +248,7 @@ class CatalogStore:
     @staticmethod
     def load(data: bytes, filename: str, name: str) -> Target:
         """Validate catalog bytes whose target must be called ``name``."""
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
-                                          SourceLoc(filename, 1)), kind="catalog") from None
-        target = load_target_text(text, filename)
+        target = load_catalog_bytes(data, filename)
         if target.name != name:
             raise PlannerError(Diagnostic(
                 f"target name {target.name!r} does not match the catalog name {name!r} in "

@@ -68,9 +68,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{loaded.kernel.name}: verifier ok")
     if not args.target:
         return 0
-    from planner.solve.proofs import prove_kernel
-
     from planner.catalog import CatalogRegistry
+    from planner.solve.proofs import prove_kernel
 
     target = CatalogRegistry.from_environment(args.catalog_dir).get(args.target)
     report = prove_kernel(loaded.kernel, target, bindings or None,

@@ -576,9 +576,11 @@ class _RegionCapture:
             carried.append((old, handle.value))
         for m in changed:
             carried.append((self.before_states[id(m)], m.state))
+        hints = [init.name_hint for init, _ in carried[:len(rebound)]]
+        hints += [m.value.name_hint for m in changed]
         args = []
-        for init, _ in carried:
-            arg = Value(init.type, init.name_hint)
+        for (init, _), hint in zip(carried, hints, strict=True):
+            arg = Value(init.type, hint)
             arg.owner = op.body
             args.append(arg)
             _replace_uses(op.body, init, arg)

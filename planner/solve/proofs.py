@@ -300,6 +300,11 @@ def prove_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     of that resource.  Each z3 query gets ``time_limit_ms``.
     """
     start = time.perf_counter()
+    for name, (lo, hi) in (symbol_bounds or {}).items():
+        if lo > hi:
+            raise PlannerError(Diagnostic(f"symbol_bounds[{name!r}] = ({lo}, {hi}) is empty: "
+                                          "every proof would hold vacuously", kernel.loc),
+                               kind="invalid")
     prover = _Prover(kernel, target, dict(bindings or {}), dict(symbol_bounds or {}),
                      time_limit_ms, tuple(extra_occupants))
     results = prover.run()

@@ -19,8 +19,7 @@ import yaml
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from planner.catalog import Target, load_target_text
-from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.errors import PlannerError
 from server.models import (
     CatalogDeleted,
     CatalogDetail,
@@ -30,7 +29,14 @@ from server.models import (
     CatalogWritten,
 )
 from server.routers import error_responses
-from server.service import REQUEST_FILE, ApiError, CatalogFile, ServiceDep, etag_of
+from server.service import (
+    REQUEST_FILE,
+    ApiError,
+    CatalogFile,
+    ServiceDep,
+    etag_of,
+    load_catalog_bytes,
+)
 
 router = APIRouter(prefix="/v1/catalogs", tags=["catalogs"])
 
@@ -163,17 +169,8 @@ async def delete_catalog(name: CatalogName, service: ServiceDep, _writer: Writer
 async def validate_catalog(request: Request) -> CatalogValidation:
     """Check a catalog without saving it: 200 if valid, else 422 with every located mistake."""
     data = await _catalog_body(request)
-    target = await asyncio.to_thread(_validate, data)
+    target = await asyncio.to_thread(load_catalog_bytes, data, REQUEST_FILE)
     return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
-
-
-def _validate(data: bytes) -> Target:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
-                                      SourceLoc(REQUEST_FILE, 1)), kind="catalog") from None
-    return load_target_text(text, REQUEST_FILE)
 
 
 async def _catalog_body(request: Request) -> bytes:
@@ -182,16 +179,3 @@ async def _catalog_body(request: Request) -> bytes:
         raise ApiError(422, "validation", "the request body must be the catalog (YAML or JSON)")
     return data
 
-
-def _validate(data: bytes) -> CatalogValidation:
-    try:
-        target = load_target_text(data.decode("utf-8"), "<request>")
-    except UnicodeDecodeError as exc:
-        diags = [Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
-                            SourceLoc("<request>", 1))]
-    except PlannerError as exc:
-        diags = exc.diagnostics
-    else:
-        return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
-    return CatalogValidation(valid=False, diagnostics=[
-        DiagnosticModel.model_validate(d.to_json()) for d in diags])

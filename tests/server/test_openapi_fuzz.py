@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 schema = schemathesis.pytest.from_fixture("api_schema")

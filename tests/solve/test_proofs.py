@@ -368,3 +368,32 @@ def test_every_check_is_fast_on_concrete_kernels(targets):
     report = prove_kernel(make_manual_gemm(resource=mem.shared), targets["apple-m2"], SMALL)
     assert report.elapsed_ms < 1000
     assert max(r.elapsed_ms for r in report.results) < 200
+
+
+def test_empty_symbol_bounds_are_rejected(targets):
+    with pytest.raises(PlannerError, match="is empty"):
+        prove_kernel(window(1), targets["x86-avx2"], symbol_bounds={"N": (5, 1)})
+
+
+def test_concurrent_runs_use_private_z3_contexts(targets):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(_: int) -> tuple[str, dict[str, int] | None]:
+        report = prove_kernel(staged_rows(), targets["apple-m2"])
+        (cap,) = results(report, "capacity")
+        return cap.status, cap.counterexample
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = list(pool.map(run, range(8)))
+    assert all(status == "refuted" and cex["total_bytes"] > 32768 for status, cex in outcomes)
+
+
+@pytest.mark.parametrize("example", ["gemm", "manual_gemm", "softmax", "layernorm", "gelu",
+                                     "attention"])
+@pytest.mark.parametrize("target", ["x86-avx2", "apple-m2"])
+def test_shipped_examples_prove_with_their_bindings(targets, example, target):
+    import importlib
+
+    mod = importlib.import_module(example)
+    report = prove_kernel(mod.kernel(), targets[target], mod.BINDINGS)
+    assert report.ok, [d.render() for d in report.diagnostics()]

@@ -207,7 +207,7 @@ def test_bit_vector_swizzle_encoding_matches_numpy(lay, data):
     u = [data.draw(st.integers(0, lay.shape[i].evaluate({}) - 1)) for i in range(2)]
     sp = space()
     acc = symbolic_access(lay, sp, "u")
-    solver = z3.Solver()
+    solver = sp.solver()
     solver.add(*acc.facts, *[x == v for x, v in zip(acc.index, u, strict=True)])
     assert solver.check() == z3.sat
     got = solver.model().eval(acc.offset, model_completion=True).as_long()
