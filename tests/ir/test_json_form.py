@@ -94,7 +94,7 @@ def test_ids_follow_the_text_names_and_hints_are_kept() -> None:
     loop = at(gemm_doc(), LOOP)
     assert loop["operands"] == ["acc", "As_init", "Bs_init"]
     assert [(r["id"], r.get("name")) for r in loop["results"]] == [
-        ("acc_0", "acc"), ("As_1", "As"), ("Bs_1", "Bs")]
+        ("acc_0", "acc"), ("As_0", "As"), ("Bs_0", "Bs")]
 
 
 def test_non_finite_floats_are_strings() -> None:
