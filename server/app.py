@@ -22,7 +22,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planner.errors import Diagnostic, PlannerError, SourceLoc
@@ -34,9 +33,10 @@ from server.settings import Settings
 
 log = logging.getLogger("planner.server")
 
-#: HTTP status of a PlannerError by kind; any other kind is 422.
+#: HTTP status of a PlannerError by kind; any other kind is 422.  ``internal`` is a
+#: planner bug (an invariant the library checks itself), never the client's fault.
 STATUS_OF_KIND = {"unknown-target": 404, "not-found": 404, "too-large": 413,
-                  "unsupported": 400, "usage": 400}
+                  "unsupported": 400, "usage": 400, "internal": 500}
 _HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
                413: "too-large", 415: "unsupported-media-type"}
 REQUEST_ID = "planner.request_id"
@@ -89,6 +89,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def planner_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, PlannerError)
         status = STATUS_OF_KIND.get(exc.kind, 422)
+        if status >= 500:
+            log.error("internal error in %s %s (request %s):\n%s", request.method,
+                      request.url.path, _request_id(request.scope), exc.render())
         return error_response(status, ErrorResponse.from_planner_error(exc), request.scope)
 
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
@@ -124,13 +127,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at this path (Starlette names only the first route's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods and \
-                route.matches({**request.scope, "method": "*"})[0] is not Match.NONE:
-            methods |= route.methods
-    return sorted(methods)
+    """The methods the OpenAPI schema documents for this path (Starlette names only the
+    first matching route's)."""
+    template = getattr(request.scope.get("route"), "path", None)
+    operations = request.app.openapi().get("paths", {}).get(template, {})
+    return sorted(m.upper() for m in operations if m != "parameters")
 
 
 def _validation_message(e: dict[str, Any]) -> str:

@@ -14,7 +14,6 @@ atomically (temp file, fsync, ``os.replace``, fsync of the directory).
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import os
 import tempfile
@@ -33,10 +32,18 @@ from planner.ir.core import Kernel
 from planner.ir.json_form import kernel_from_json
 from planner.ir.parser import parse_kernel
 from planner.ir.verify import verify
-from planner.solve import plan_kernel
-from planner.solve.compare import compare_plans, comparison_to_json
-from planner.solve.plan import Baseline, MaterializationPlan, Policy, Status
-from planner.solve.plan_io import plan_to_json
+from planner.lower.cpu_codegen import emit_program
+from planner.lower.loop_program import build_loop_program
+from planner.solve import (
+    Baseline,
+    MaterializationPlan,
+    Policy,
+    Status,
+    compare_plans,
+    comparison_to_json,
+    plan_kernel,
+    plan_to_json,
+)
 from planner.solve.proofs import prove_kernel
 from server.cache import PlanCache, PlanKey
 from server.metrics import Metrics
@@ -104,6 +111,11 @@ class PlanJob:
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
                            time_limit_s=self.time_limit_s, workers=self.solver_workers)
+        refuted = [p for p in plan.proofs if p.status == "refuted"]
+        if refuted:  # e.g. an overlapping layout: no plan of an illegal kernel is served
+            prove_kernel(kernel, self.target, self.bindings or None).raise_if_refuted()
+            raise PlannerError([Diagnostic(f"{p.name} refuted: {p.detail}") for p in refuted],
+                               kind="proof")
         return Planned(plan, plan_to_json(plan), self.target)
 
 
@@ -121,31 +133,47 @@ def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
 
 def lower_job(source: KernelSource, plan: MaterializationPlan, target: Target, emit: str,
               max_ops: int) -> str:
-    """The code ``emit`` produces for ``plan``; unknown emitters are 400 unsupported."""
-    emitter = emitters().get(emit)
-    if emitter is None:
-        raise ApiError(400, "unsupported", f"emit {emit!r} is not available in this build "
-                       f"(available: {', '.join(sorted(emitters()))})")
-    return emitter(decode_kernel(source, max_ops), plan, target)
+    """The code ``emit`` produces for ``plan`` (see :data:`EMITTERS`)."""
+    emitter = check_emitter(emit, target)
+    return emitter.emit(decode_kernel(source, max_ops), plan, target)
 
 
 def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, Any]:
     return comparison_to_json(compare_plans(labelled))
 
 
-@functools.cache
-def emitters() -> dict[str, Callable[[Kernel, MaterializationPlan, Target], str]]:
-    """The code emitters this build has, by ``emit`` name."""
-    import planner.lower as lower
+@dataclass(frozen=True, slots=True)
+class Emitter:
+    """A code generator: the catalog backend it needs (None: any target) and the call."""
 
-    table: dict[str, Callable[[Kernel, MaterializationPlan, Target], str]] = {
-        "llvm": lambda k, p, t: str(lower.compile_kernel(k, p, t).llvm_ir),
-        "loops": lambda k, p, t: str(lower.build_loop_program(k, p, t)),
-    }
-    emit_msl = getattr(lower, "emit_msl", None)
-    if callable(emit_msl):
-        table["msl"] = lambda k, p, t: str(emit_msl(k, p, t))
-    return table
+    backend: str | None
+    emit: Callable[[Kernel, MaterializationPlan, Target], str]
+
+
+def _llvm(kernel: Kernel, plan: MaterializationPlan, target: Target) -> str:
+    module, _ = emit_program(build_loop_program(kernel, plan, target))
+    return str(module)
+
+
+def _loops(kernel: Kernel, plan: MaterializationPlan, target: Target) -> str:
+    return str(build_loop_program(kernel, plan, target))
+
+
+#: ``emit`` choices this build answers; ``msl`` joins when a Metal emitter exists.
+EMITTERS: dict[str, Emitter] = {"llvm": Emitter("llvm-cpu", _llvm), "loops": Emitter(None, _loops)}
+
+
+def check_emitter(emit: str, target: Target) -> Emitter:
+    """The emitter for ``emit`` on ``target``, or 400 unsupported saying why not."""
+    emitter = EMITTERS.get(emit)
+    if emitter is None:
+        raise ApiError(400, "unsupported", f"emit {emit!r} is not available in this build "
+                       f"(available: {', '.join(sorted(EMITTERS))})")
+    backend = target.backend.value if target.backend else None
+    if emitter.backend is not None and backend != emitter.backend:
+        raise ApiError(400, "unsupported", f"emit {emit!r} needs a {emitter.backend} target; "
+                       f"{target.name} has backend {backend or 'none (planning only)'}")
+    return emitter
 
 
 # -- catalogs --------------------------------------------------------------------------

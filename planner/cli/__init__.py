@@ -17,6 +17,7 @@ from planner.errors import PlannerError
 COMMAND_MODULES = (
     "planner.cli.ir_cmds",
     "planner.cli.catalog_cmds",
+    "planner.cli.plan_cmds",
     "planner.cli.serve_cmds",
 )
 

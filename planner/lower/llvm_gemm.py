@@ -11,6 +11,8 @@ to ``planner_sgemm``; all matrices row-major with element strides)::
         taken with aligned_alloc and freed before returning (no shared state, so
         concurrent calls on disjoint C are safe; a failed allocation traps).
 
+With ``threaded_entry_points=True`` (what :class:`SgemmKernel` compiles)::
+
     void name_pack_b(i64 K, i64 ncols, float* B, i64 ldb, float* Bp, i64 npad, i64 s0)
     void name_prepacked(i64 M, i64 N, i64 K, float* A, i64 lda, float* Bp, i64 npad,
                         i64 s0, float* C, i64 ldc, i32 accumulate, float* Abuf)
@@ -34,19 +36,20 @@ B → ``ic`` (MC rows) → pack an MC×KC block of A → ``jr`` (NR columns) →
 → register micro-kernel on an MR×NR tile of C.
 
 * The **micro-kernel** holds the MR×NR tile of C in ``MR·NR/VW`` vector registers
-  (``<VW x float>``); for each k it loads NR/VW vectors of packed B, broadcasts MR scalars
-  of packed A and issues ``llvm.fma`` (→ ``vfmadd231ps`` with an embedded/broadcast
-  memory operand). On AVX2 (Zen 3, the project's machine kind) the tile is **6×16** with
-  ``<8 x float>``: 12 ymm accumulators + 2 B vectors + 1 broadcast = 15 of 16 registers.
-  On AVX-512 hosts it is **8×32** with ``<16 x float>`` (16 zmm accumulators); same code,
-  other parameters (:meth:`GemmConfig.for_target`).
-* **Packing** is what makes this fast (measured: register blocking without packing falls
-  to ~0.2× numpy at n = 1024 through cache/TLB conflicts): packed A is stored as MR-row
-  slivers (``Ap[i][k][r]``) and packed B as NR-column slivers (``Bp[s][k][j]``), so the
-  micro-kernel streams both with unit stride, the B sliver (KC·NR·4 = 16 KiB) stays in
-  L1, the A block (MC·KC·4 ≈ 144 KiB) in L2 and the B panel in L3, whatever lda/ldb
-  are. Packing zero-pads the edges, so the micro-kernel always computes a full tile and
-  only the store to C is masked (a scalar edge path through a stack tile).
+  (``<VW x float>``); for each k it loads NR/VW vectors of packed B, broadcasts MR
+  scalars of packed A (``vbroadcastss``) and issues ``llvm.fma`` (→ ``vfmadd231ps``). On
+  AVX2 (Zen 3, the project's machine kind) the tile is **6×16** with ``<8 x float>``:
+  12 ymm accumulators + 2 B vectors + 1 broadcast = 15 of 16 registers. On AVX-512
+  hosts it is **8×32** with ``<16 x float>`` (16 zmm accumulators); same code, other
+  parameters (:meth:`GemmConfig.for_target`).
+* **Packing** is what makes this fast (the project's measurements: register blocking
+  without packing falls to ~0.2× numpy at n = 1024 through cache/TLB conflicts): packed
+  A is stored as MR-row slivers (``Ap[i][k][r]``) and packed B as NR-column slivers
+  (``Bp[s][k][j]``), so the micro-kernel streams both with unit stride, the B sliver
+  (KC·NR·4 = 16 KiB) stays in L1, the A block (MC·KC·4 ≈ 144 KiB) in L2 and the B panel
+  in L3, whatever lda/ldb are. Packing zero-pads the edges, so the micro-kernel always
+  computes a full tile and only the store to C is masked (a scalar edge path through a
+  stack tile).
 * **Blocking** (AVX2): MR=6, NR=16, KC=256, MC=144, NC=4080 (BLIS's Zen 3 choice:
   KC·NR fits L1 with room for A, MC·KC fits half of the 512 KiB L2). AVX-512: MR=8,
   NR=32, KC=384, MC=192, NC=4096.
@@ -439,9 +442,15 @@ def _early_exits(
 
 
 def emit_gemm_f32(
-    module: ir.Module, name: str = "planner_sgemm", *, config: GemmConfig | None = None
+    module: ir.Module,
+    name: str = "planner_sgemm",
+    *,
+    config: GemmConfig | None = None,
+    threaded_entry_points: bool = False,
 ) -> ir.Function:
-    """Add the packed GEMM ``name`` (and ``name_pack_b``, ``name_prepacked``) to ``module``.
+    """Add the packed GEMM ``name`` to ``module`` (plus ``name_pack_b``,
+    ``name_prepacked`` and ``name_task`` with ``threaded_entry_points``, which doubles
+    the compile time, ~0.25 → ~0.5 s).
 
     Returns the self-contained entry point
     ``void name(i64 M, i64 N, i64 K, float* A, i64 lda, float* B, i64 ldb, float* C,
@@ -455,6 +464,8 @@ def emit_gemm_f32(
     macro = _emit_macro(module, name, cfg, ukr)
     zero = _emit_zero(module, name)
     main = _emit_main(module, name, cfg, pack_a, pack_b, macro, zero)
+    if not threaded_entry_points:
+        return main
     pack_full = _emit_pack_b_full(module, name, cfg, pack_b)
     prepacked = _emit_prepacked(module, name, cfg, pack_a, macro, zero)
     _emit_task(module, name, cfg, pack_full, prepacked)
@@ -756,8 +767,11 @@ class SgemmKernel:
     """A compiled :func:`emit_gemm_f32` module (through a :class:`JitCache`) + driver.
 
     ``kernel.sgemm(A, B, C=None, *, threads=1, accumulate=False)`` computes ``A @ B`` into
-    ``C`` (allocated when ``None``) on float32 arrays with unit inner stride. Thread-safe;
-    the worker pool is created on the first multi-threaded call and reused.
+    ``C`` (allocated when ``None``) on float32 arrays with unit inner stride (any row
+    strides, negative included). ``threads`` is an upper bound: problems under
+    :attr:`min_parallel_flops` run on the calling thread, since a hand-off to a pool
+    thread costs ~50–70 µs here. Thread-safe; the worker pool is created on the first
+    multi-threaded call and reused.
     """
 
     #: Below this many flops (2·M·N·K) a multi-threaded call runs on one thread.
@@ -775,7 +789,7 @@ class SgemmKernel:
     ) -> None:
         self.config = config if config is not None else GemmConfig.for_target(target)
         module = ir.Module(name=f"{name}_module")
-        emit_gemm_f32(module, name, config=self.config)
+        emit_gemm_f32(module, name, config=self.config, threaded_entry_points=True)
         self.compiled: CompiledModule = compile_module(module, cache=cache, target=target)
         self._gemm = self.compiled.ctypes_function(
             name, None, [_I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I32]

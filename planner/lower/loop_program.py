@@ -696,17 +696,36 @@ def _stmt_writes(s: Stmt) -> Iterator[tuple[str, Expr]]:
 EdgeKey = tuple[int, int, int]  # (id(value), id(consumer op), operand index)
 
 
-def _edge_ids(kernel: Kernel) -> list[tuple[str, EdgeKey]]:
+def _edge_ids(kernel: Kernel, namer: ValueNamer) -> list[tuple[str, EdgeKey]]:
+    """Edge ids as the planner spells them: printed value names for Tile values,
+    ``kind(%target)`` for sinks (``tile.store(%Y)``), ``#n`` for repeated names."""
     g = dataflow_graph(kernel)
+    node_name: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for n, d in sorted(g.nodes(data=True), key=lambda x: x[1]["order"]):
+        value = d.get("value")
+        if value is not None and value in namer.names:
+            name = "%" + namer.names[value]
+        else:
+            target = getattr(d["op"], "view", None) or getattr(d["op"], "memory", None)
+            what = namer.names.get(target, "?") if target is not None else str(d["order"])
+            name = f"{d['kind']}(%{what})"
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        else:
+            seen[name] = 0
+        node_name[n] = name
     out = []
     for u, w, k in live_edges(g):
         d = g.edges[u, w, k]
-        eid = f"{g.nodes[u]['name']} -> {g.nodes[w]['name']}#{d['operand']}"
+        eid = f"{node_name[u]} -> {node_name[w]}#{d['operand']}"
         out.append((eid, (id(d["value"]), id(d["consumer"]), d["operand"])))
     return out
 
 
-def plan_edge_map(kernel: Kernel, plan: MaterializationPlan | None) -> dict[EdgeKey, EdgePlan]:
+def plan_edge_map(kernel: Kernel, plan: MaterializationPlan | None,
+                  namer: ValueNamer | None = None) -> dict[EdgeKey, EdgePlan]:
     """The plan's decision for each (value, consumer, operand) of ``kernel``.
 
     Edges are matched by their ids (``producer -> consumer#operand`` over the dataflow
@@ -715,7 +734,10 @@ def plan_edge_map(kernel: Kernel, plan: MaterializationPlan | None) -> dict[Edge
     """
     if plan is None:
         return {}
-    ids = _edge_ids(kernel)
+    if namer is None:
+        namer = ValueNamer()
+        Printer(PrintOptions(locations=False), namer).print_kernel(kernel)
+    ids = _edge_ids(kernel, namer)
     by_id = {e.edge_id: e for e in plan.edges}
     out = {key: by_id[eid] for eid, key in ids if eid in by_id}
     if len(out) == len(ids):
@@ -775,10 +797,10 @@ class _Builder:
         self.kernel = kernel
         self.plan = plan
         self.target = target
-        self.edges = plan_edge_map(kernel, plan)
         namer = ValueNamer()
         Printer(PrintOptions(locations=False), namer).print_kernel(kernel)
         self.namer = namer
+        self.edges = plan_edge_map(kernel, plan, namer)
         self.uses: dict[Value, list[tuple[Op, int]]] = {}
         self.parent_op: dict[Op, Op | None] = {}
         self.block_of: dict[Op, Block] = {}

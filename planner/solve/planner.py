@@ -27,6 +27,8 @@ import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import TypeVar
 
 from planner.catalog import Target
 from planner.errors import Diagnostic, PlannerError
@@ -57,6 +59,7 @@ from planner.solve.plan import (
 )
 
 Progress = Callable[[int, int, float], None]
+E = TypeVar("E", bound=Enum)
 
 
 def content_hash(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
@@ -104,7 +107,7 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     return header.infeasible(lines, time.perf_counter() - start)
 
 
-def _enum(cls: type, value: object, what: str):  # noqa: ANN202 - returns a member of cls
+def _enum(cls: type[E], value: object, what: str) -> E:
     try:
         return cls(value)
     except ValueError:
@@ -128,8 +131,8 @@ def run_proofs(kernel: Kernel, target: Target, bindings: Mapping[str, int] | Non
     except Exception as exc:  # a prover bug must not hide the plan: report it instead
         return (ProofSummary("proofs", "unknown", f"prover failed: {type(exc).__name__}: "
                                                   f"{exc}"),)
-    return tuple(ProofSummary(r.name, str(getattr(r.status, "value", r.status)),
-                              str(getattr(r, "detail", ""))) for r in report.results)
+    return tuple(ProofSummary(r.name, str(r.status), f"{r.subject}: {r.detail}")
+                 for r in report.results)
 
 
 class _Header:

@@ -175,10 +175,6 @@ def floor_div(a: z3.ArithRef, b: z3.ArithRef, divisor: Expr) -> z3.ArithRef:
     return z3.If(b > 0, a / b, (-a) / (-b))
 
 
-def int_value(term: z3.ArithRef, model: z3.ModelRef) -> int:
-    return model.eval(term, model_completion=True).as_long()
-
-
 def check(solver: z3.Solver, time_limit_ms: int) -> z3.CheckSatResult:
     """``solver.check()`` under a time limit (z3 answers ``unknown`` when it gives up)."""
     solver.set("timeout", max(1, int(time_limit_ms)))

@@ -22,9 +22,9 @@ from server.service import (
     ApiError,
     Planned,
     ServiceDep,
+    check_emitter,
     check_job,
     compare_job,
-    emitters,
     lower_job,
 )
 
@@ -88,9 +88,7 @@ async def check(body: CheckRequest, service: ServiceDep) -> CheckResponse:
 @router.post("/lower", responses=error_responses(400, 404, 422))
 async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
     """Plan the kernel (or reuse the cached plan) and return the emitted code."""
-    if body.emit not in emitters():
-        raise ApiError(400, "unsupported", f"emit {body.emit!r} is not available in this "
-                       f"build (available: {', '.join(sorted(emitters()))})")
+    check_emitter(body.emit, await asyncio.to_thread(service.catalogs.target, body.target))
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
                                       body.baseline, body.time_limit)

@@ -135,7 +135,8 @@ def test_strided_views(kernel: SgemmKernel) -> None:
 def test_zero_sizes_touch_no_memory() -> None:
     """The raw entry points never dereference anything when M or N is 0 (null pointers)."""
     mod = ir.Module()
-    emit_gemm_f32(mod, "zgemm", config=GemmConfig.avx2())
+    assert emit_gemm_f32(mod, "zgemm", config=GemmConfig.avx2()).name == "zgemm"
+    assert "zgemm_task" not in mod.globals  # threaded entry points are opt-in
     cm = compile_module(mod, cache=CACHE)
     i64, p = ctypes.c_int64, ctypes.c_void_p
     f = cm.ctypes_function("zgemm", None, [i64, i64, i64, p, i64, p, i64, p, i64, ctypes.c_int32])
@@ -274,7 +275,7 @@ def test_task_entry_statuses() -> None:
     2 when C blocks claimed elsewhere are not done in time; re-entrant."""
     cfg = GemmConfig.avx2()
     mod = ir.Module()
-    emit_gemm_f32(mod, "tgemm", config=cfg)
+    emit_gemm_f32(mod, "tgemm", config=cfg, threaded_entry_points=True)
     cm = compile_module(mod, cache=CACHE)
     i64, i32, p = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     task = cm.ctypes_function(

@@ -304,14 +304,21 @@ def test_s20_negative_symbolic_stride_is_out_of_bounds(targets):
 # --------------------------------------------------------------------------- 5. int64
 
 
-def test_s14_view_addressing_overflows_under_default_bounds(targets):
-    report = prove_kernel(window(1), targets["x86-avx2"])
+def test_s14_view_addressing_overflows_with_huge_bound_extents(targets):
+    report = prove_kernel(window(1), targets["x86-avx2"], {"M": 2**31, "N": 2**31})
     bad = results(report, "int64", "refuted")
     assert len(bad) == 2
     cex = bad[0].counterexample
-    assert 0 <= cex["x0"] < cex["M"] and 0 <= cex["x1"] < cex["N"]
-    assert cex["byte_offset"] == (cex["x0"] * cex["N"] + cex["x1"]) * 4 > INT64_MAX
-    assert max(cex["M"], cex["N"]) <= 2**31 - 1
+    n = 2**31
+    assert 0 <= cex["x0"] < n and 0 <= cex["x1"] < n
+    assert cex["byte_offset"] == (cex["x0"] * n + cex["x1"]) * 4 > INT64_MAX
+
+
+def test_s14_unbound_view_extents_assume_the_storage_exists(targets):
+    report = prove_kernel(window(1), targets["x86-avx2"])
+    views = results(report, "int64")
+    assert views and all(r.status == "proved" and "assuming the view's storage exists"
+                         in r.detail for r in views)
 
 
 def test_s14_view_addressing_fits_with_bindings_or_bounds(targets):

@@ -1,0 +1,165 @@
+"""``planner plan`` and ``planner compare``: a thin layer over :mod:`planner.solve`.
+
+``plan`` prints the plan as a table (``--json`` for the JSON form, ``--dot FILE`` to
+also write Graphviz).  ``compare`` plans one kernel several ways — two ``--target``s,
+two ``--policy``s, or the optimal plan against ``--baseline``s — or reads saved plans
+(``--plans A.json B.json``), and prints them side by side.  A long solve reports its
+best objective and bound on stderr while it runs, when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from planner.catalog import DEFAULT_TARGET, CatalogRegistry
+from planner.cli.common import (
+    add_bind_arg,
+    add_catalog_dir_arg,
+    add_kernel_arg,
+    kernel_and_bindings,
+)
+from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.solve import (
+    Baseline,
+    MaterializationPlan,
+    Policy,
+    compare_plans,
+    comparison_to_json,
+    format_comparison,
+    format_plan_table,
+    plan_from_json,
+    plan_kernel,
+    plan_to_dot,
+    plan_to_json,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``planner plan`` and ``planner compare``."""
+    p = subparsers.add_parser("plan", help="plan a kernel's materialization on a target",
+                              description="Plan every live edge of a kernel with CP-SAT.")
+    add_kernel_arg(p)
+    p.add_argument("--target", default=DEFAULT_TARGET, help=f"target (default {DEFAULT_TARGET})")
+    p.add_argument("--policy", default=Policy.DEFAULT.value,
+                   choices=[x.value for x in Policy], help="planning policy (S4)")
+    p.add_argument("--baseline", choices=[b.value for b in Baseline],
+                   help="plan a fixed strategy instead of the optimum")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--dot", type=Path, metavar="FILE", help="also write a Graphviz file")
+    p.set_defaults(func=cmd_plan)
+
+    c = subparsers.add_parser("compare", help="compare plans side by side",
+                              description="Plan a kernel on two targets, under two policies "
+                              "or against baselines, or compare saved plans.")
+    c.add_argument("kernel", nargs="?", help="an example .py file or name, text or JSON IR")
+    c.add_argument("--target", action="append", default=[], help="repeat to compare targets")
+    c.add_argument("--policy", action="append", default=[], choices=[x.value for x in Policy],
+                   help="repeat to compare policies")
+    c.add_argument("--baseline", action="append", default=[],
+                   choices=[b.value for b in Baseline],
+                   help="compare the optimal plan with this baseline (repeatable)")
+    c.add_argument("--plans", nargs="+", type=Path, metavar="PLAN.json",
+                   help="compare plans saved with 'planner plan --json'")
+    _common(c)
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.set_defaults(func=cmd_compare)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_bind_arg(p)
+    p.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                   help="CP-SAT time limit in seconds (default 10)")
+    p.add_argument("--workers", type=int, default=2, help="CP-SAT search workers (default 2)")
+    add_catalog_dir_arg(p)
+
+
+def _progress() -> Callable[[int, int, float], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def report(best: int, bound: int, seconds: float) -> None:
+        print(f"\r  best {best:,} ns  bound {bound:,} ns  ({seconds:.1f} s)   ",
+              end="", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | None
+          ) -> MaterializationPlan:
+    loaded, bindings = kernel_and_bindings(args)
+    registry = CatalogRegistry.from_environment(args.catalog_dir)
+    progress = _progress()
+    try:
+        return plan_kernel(loaded.kernel, registry.get(target), bindings, policy=policy,
+                           baseline=baseline, time_limit_s=args.time_limit,
+                           workers=args.workers, progress=progress)
+    finally:
+        if progress is not None:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = _plan(args, args.target, args.policy, args.baseline)
+    if args.dot:
+        args.dot.write_text(plan_to_dot(plan))
+    if args.json:
+        print(json.dumps(plan_to_json(plan), indent=2))
+    else:
+        print(format_plan_table(plan))
+    return 0
+
+
+def _load_plan(path: Path) -> MaterializationPlan:
+    try:
+        return plan_from_json(json.loads(path.read_text()))
+    except OSError as exc:
+        raise PlannerError(Diagnostic(f"cannot read plan: {exc.strerror}",
+                                      SourceLoc(str(path), 0)), kind="not-found") from None
+    except json.JSONDecodeError as exc:
+        raise PlannerError(Diagnostic(f"invalid JSON: {exc.msg}",
+                                      SourceLoc(str(path), exc.lineno, exc.colno)),
+                           kind="parse") from None
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, str, str, str | None]]:
+    """(label, target, policy, baseline) for every column to plan."""
+    targets = args.target or [DEFAULT_TARGET]
+    policies = args.policy or [Policy.DEFAULT.value]
+    if len(targets) > 1 and len(policies) > 1:
+        raise PlannerError(Diagnostic("compare varies one thing at a time: give several "
+                                      "--target or several --policy, not both"), kind="usage")
+    if len(targets) > 1:
+        out = [(t, t, policies[0], None) for t in targets]
+    elif len(policies) > 1:
+        out = [(p, targets[0], p, None) for p in policies]
+    else:
+        out = [("optimal", targets[0], policies[0], None)]
+    for b in args.baseline:
+        out.append((b, targets[0], policies[0], b))
+    if len(out) < 2:
+        raise PlannerError(Diagnostic("nothing to compare: give two --target, two --policy, "
+                                      "a --baseline, or --plans A.json B.json"), kind="usage")
+    return out
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.plans:
+        if args.kernel:
+            raise PlannerError(Diagnostic("give either a kernel or --plans, not both"),
+                               kind="usage")
+        plans = [(p.stem, _load_plan(p)) for p in args.plans]
+    elif not args.kernel:
+        raise PlannerError(Diagnostic("compare needs a kernel or --plans"), kind="usage")
+    else:
+        plans = [(label, _plan(args, t, pol, b)) for label, t, pol, b in _variants(args)]
+    comparison = compare_plans(plans)
+    if args.json:
+        print(json.dumps(comparison_to_json(comparison), indent=2))
+    else:
+        print(format_comparison(comparison))
+    return 0

@@ -1,0 +1,372 @@
+"""Compile a kernel under a plan for the host CPU and call it on numpy arrays.
+
+:func:`compile_kernel` builds the loop program (:mod:`planner.lower.loop_program`),
+emits LLVM IR (:mod:`planner.lower.cpu_codegen`), optimizes it at O3 for the host CPU
+name and features and JIT-compiles it (:mod:`planner.lower.llvm_jit`).  Compiled code
+is cached in memory by the content hash of the kernel's printed IR, the plan, the
+target and the host, so compiling the same kernel and plan again is free; the JIT
+layer additionally caches by IR text.
+
+Calling a :class:`CompiledKernel` binds the kernel's symbols from the arrays' shapes
+(exactly like the reference interpreter), checks every array (dtype, rank, a unit
+stride in the last dimension, writability of outputs) and raises a
+:class:`~planner.errors.PlannerError` naming the parameter instead of crashing.  The
+writable views are updated **in place** and returned (``{name: array}``); a writable
+view that is not passed is allocated zero-filled.  Parallel segments are split into
+contiguous ranges of instances, one per worker thread; each worker gets its own
+arena for instance-local buffers.  ctypes releases the GIL for the duration of a
+call, so the workers run concurrently.  Every instance computes the same way whatever
+the split, so 1-thread and n-thread results are bit-identical.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError, error
+from planner.ir.core import Kernel
+from planner.ir.dtypes import DType
+from planner.ir.expr import Sym
+from planner.ir.interpreter import bind_symbols
+from planner.ir.printer import PrintOptions, print_kernel
+from planner.ir.types import ViewType
+from planner.lower.cpu_codegen import CodegenConfig, ModuleInfo, emit_program
+from planner.lower.llvm_gemm import GemmConfig
+from planner.lower.llvm_jit import CompiledModule, compile_module, host_target
+from planner.lower.loop_program import LoopProgram, build_loop_program
+from planner.solve.plan import MaterializationPlan
+
+__all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache"]
+
+_INPUT = "invalid-input"
+_CODEGEN_VERSION = "cpu-1"
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_SEGMENT_FN = ctypes.CFUNCTYPE(None, _I64, _I64, _P, _P, _P, _P, _P, _P)
+
+
+@dataclass(frozen=True)
+class _Code:
+    """Compiled code of one (kernel, plan, target, host): shared by CompiledKernels."""
+
+    program: LoopProgram
+    module: CompiledModule
+    info: ModuleInfo
+    functions: tuple[Any, ...]
+    emitted_ir: str
+
+
+class KernelCache:
+    """Compiled kernels by content hash; thread-safe."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Code] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def get(self, key: str) -> _Code | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def put(self, key: str, code: _Code) -> _Code:
+        with self._lock:
+            return self._entries.setdefault(key, code)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_state: dict[str, Any] = {}
+_state_lock = threading.Lock()
+
+
+def default_kernel_cache() -> KernelCache:
+    """The process-wide cache used when none is passed (created on first use)."""
+    with _state_lock:
+        cache = _state.get("cache")
+        if cache is None:
+            cache = _state["cache"] = KernelCache()
+        return cache
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A shared pool with at least ``workers`` threads (created on first use)."""
+    with _state_lock:
+        pool: ThreadPoolExecutor | None = _state.get("pool")
+        if pool is None or _state.get("pool_size", 0) < workers:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="planner-cpu")
+            _state["pool"], _state["pool_size"] = pool, workers
+        return pool
+
+
+def _machine_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _resolve_target(target: object, plan: MaterializationPlan | None) -> Any:
+    if target is not None and not isinstance(target, str):
+        return target
+    name = target if isinstance(target, str) else (plan.target if plan is not None else None)
+    if not name:
+        return None
+    from planner.catalog import CatalogRegistry
+
+    try:
+        return CatalogRegistry.from_environment().get(name)
+    except PlannerError:
+        if isinstance(target, str):
+            raise
+        return None
+
+
+def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
+               config: CodegenConfig) -> str:
+    h = hashlib.sha256()
+    h.update(print_kernel(kernel, PrintOptions(locations=False)).encode())
+    h.update(b"\0plan\0")
+    h.update(repr(plan.edges if plan is not None else None).encode())
+    h.update(repr(plan.memories if plan is not None else None).encode())
+    h.update(b"\0target\0")
+    h.update(str(getattr(target, "content_hash", "") or getattr(target, "name", "")).encode())
+    h.update(b"\0host\0" + host_target().key.encode())
+    h.update(f"\0{config!r}\0{_CODEGEN_VERSION}".encode())
+    return h.hexdigest()
+
+
+def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: object = None,
+                   threads: int | None = None, *, cache: KernelCache | None = None,
+                   config: CodegenConfig | None = None) -> CompiledKernel:
+    """Compile ``kernel`` under ``plan`` for the host CPU.
+
+    ``target`` is a catalog :class:`~planner.catalog.Target` or its name (default: the
+    plan's target); it names the resources and sizes the worker pool
+    (``costs.concurrent_instances``); ``threads`` overrides the pool size.
+    """
+    tgt = _resolve_target(target, plan)
+    if config is None:
+        config = CodegenConfig(gemm=GemmConfig.for_target(host_target()))
+    key = _cache_key(kernel, plan, tgt, config)
+    use = cache if cache is not None else default_kernel_cache()
+    code = use.get(key)
+    if code is None:
+        program = build_loop_program(kernel, plan, tgt)
+        module, info = emit_program(program, config)
+        text = str(module)
+        compiled = compile_module(text)
+        fns = tuple(compiled.ctypes_function(name, None, [_I64, _I64, _P, _P, _P, _P, _P, _P])
+                    for name in info.functions)
+        code = use.put(key, _Code(program, compiled, info, fns, text))
+    if threads is None:
+        costs = getattr(tgt, "costs", None)
+        threads = int(costs.concurrent_instances) if costs is not None else _machine_threads()
+    return CompiledKernel(kernel, code, max(1, int(threads)))
+
+
+class CompiledKernel:
+    """A kernel compiled for the host; call it with the view arrays.
+
+    ``kernel(X=x, Y=y)`` or ``kernel({"X": x, "Y": y})``; ``bindings=`` supplies symbols
+    no view extent binds; ``threads=`` overrides the worker count for one call.
+    """
+
+    def __init__(self, kernel: Kernel, code: _Code, threads: int) -> None:
+        self.kernel = kernel
+        self._code = code
+        self.threads = threads
+
+    @property
+    def loop_program(self) -> LoopProgram:
+        return self._code.program
+
+    @property
+    def llvm_ir(self) -> str:
+        """The optimized LLVM IR that runs."""
+        return self._code.module.llvm_ir
+
+    @property
+    def emitted_ir(self) -> str:
+        """The LLVM IR as emitted from the loop program, before optimization."""
+        return self._code.emitted_ir
+
+    @property
+    def asm(self) -> str:
+        return self._code.module.asm
+
+    def with_threads(self, threads: int) -> CompiledKernel:
+        return CompiledKernel(self.kernel, self._code, max(1, int(threads)))
+
+    # ------------------------------------------------------------------ calling
+
+    def __call__(self, arrays: Mapping[str, np.ndarray] | None = None, /, *,
+                 bindings: Mapping[str, int] | None = None, threads: int | None = None,
+                 **named: np.ndarray) -> dict[str, np.ndarray]:
+        given = dict(arrays or {})
+        given.update(named)
+        return self.run(given, bindings, threads)
+
+    def run(self, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int] | None = None,
+            threads: int | None = None) -> dict[str, np.ndarray]:
+        prog = self._code.program
+        arrays = self._complete(dict(arrays), bindings)
+        env = bind_symbols(self.kernel, arrays, bindings)
+        views, strides, outputs = self._views(arrays)
+        try:
+            syms = np.array([env[s] for s in prog.symbols], dtype=np.int64)
+        except KeyError as e:
+            raise error(f"kernel {prog.kernel!r} needs symbol {e.args[0]}, which no view "
+                        "extent binds: pass it in bindings", kind=_INPUT) from None
+        nthreads = self.threads if threads is None else max(1, int(threads))
+        self._execute(env, syms, views, strides, nthreads)
+        return outputs
+
+    def _complete(self, arrays: dict[str, Any], bindings: Mapping[str, int] | None
+                  ) -> dict[str, Any]:
+        """Check names and types; allocate missing writable views (zeros)."""
+        prog = self._code.program
+        names = {p.name for p in prog.params}
+        unknown = sorted(set(arrays) - names)
+        if unknown:
+            raise error(f"kernel {prog.kernel!r} has no view named {', '.join(unknown)} "
+                        f"(views: {', '.join(p.name for p in prog.params)})", kind=_INPUT)
+        env: dict[str, int] = {k: int(v) for k, v in (bindings or {}).items()}
+        for p in prog.params:
+            a = arrays.get(p.name)
+            if a is None:
+                continue
+            if not isinstance(a, np.ndarray):
+                raise error(f"view {p.name!r} needs a numpy array, got {type(a).__name__}",
+                            kind=_INPUT)
+            if a.dtype != p.dtype.numpy or p.dtype is DType.BF16:
+                raise error(f"view {p.name!r} ({p.dtype}) needs a {p.dtype.numpy} array, got "
+                            f"{a.dtype}", kind=_INPUT)
+            if a.ndim != len(p.shape):
+                raise error(f"view {p.name!r} has rank {len(p.shape)}, but its array has rank "
+                            f"{a.ndim} (shape {a.shape})", kind=_INPUT)
+            for d, e in enumerate(p.shape):
+                if isinstance(e, Sym):
+                    env.setdefault(e.name, int(a.shape[d]))
+        for p in prog.params:
+            if p.name in arrays:
+                continue
+            if p.readonly:
+                raise error(f"no array given for view {p.name!r} of kernel {prog.kernel!r}",
+                            kind=_INPUT)
+            try:
+                shape = tuple(e.evaluate(env) for e in p.shape)
+            except KeyError as e:
+                raise error(f"cannot allocate output {p.name!r}: symbol {e.args[0]} is not "
+                            "bound", kind=_INPUT) from None
+            arrays[p.name] = np.zeros(shape, p.dtype.numpy)
+        return arrays
+
+    def _views(self, arrays: Mapping[str, np.ndarray]
+               ) -> tuple[Any, np.ndarray, dict[str, np.ndarray]]:
+        prog = self._code.program
+        ptrs = (_P * max(1, len(prog.params)))()
+        strides: list[int] = []
+        outputs: dict[str, np.ndarray] = {}
+        for i, p in enumerate(prog.params):
+            a = arrays[p.name]
+            item = a.itemsize
+            if any(s % item for s in a.strides):
+                raise error(f"view {p.name!r}: strides {a.strides} are not multiples of the "
+                            f"element size {item}", kind=_INPUT)
+            el = [s // item for s in a.strides]
+            if a.size > 1 and a.shape[-1] > 1 and el[-1] != 1:
+                raise error(f"view {p.name!r} must have unit stride in its last dimension "
+                            f"(got {a.strides[-1]} bytes for {a.dtype}); pass "
+                            "np.ascontiguousarray(...)", kind=_INPUT)
+            if a.ndim:
+                el[-1] = 1
+            if not p.readonly:
+                if not a.flags.writeable:
+                    raise error(f"output view {p.name!r} is not writeable", kind=_INPUT)
+                outputs[p.name] = a
+            ptrs[i] = a.ctypes.data
+            strides.extend(el)
+        return ptrs, np.array(strides or [0], dtype=np.int64), outputs
+
+    def _layout(self, env: Mapping[str, int]) -> tuple[int, int, np.ndarray]:
+        """Worker-arena size, global-arena size and the bufinfo table."""
+        prog, info = self._code.program, self._code.info
+        owner = {name: seg for seg in prog.segments for name in seg.buffers}
+        table = np.zeros(2 * max(1, len(prog.buffers)), dtype=np.int64)
+        worker = glob = 0
+        for i, (buf, where) in enumerate(zip(prog.buffers, info.placement, strict=True)):
+            size = buf.total_elements().evaluate(env) * (1 if buf.dtype is DType.BOOL
+                                                         else buf.dtype.itemsize)
+            size = -(-max(size, 0) // 64) * 64
+            if where == "worker":
+                table[2 * i] = worker
+                worker += size
+            elif where == "kernel":
+                table[2 * i] = glob
+                glob += size
+            elif where == "global":
+                n = owner[buf.name].instances().evaluate(env)
+                table[2 * i], table[2 * i + 1] = glob, size
+                glob += size * max(n, 0)
+        return worker, glob, table
+
+    def _execute(self, env: Mapping[str, int], syms: np.ndarray, views: Any,
+                 strides: np.ndarray, threads: int) -> None:
+        prog = self._code.program
+        worker_size, global_size, table = self._layout(env)
+        garena = _aligned(global_size)
+        arenas: list[np.ndarray] = []
+        base = [syms.ctypes.data, ctypes.addressof(views), strides.ctypes.data]
+        for seg, fn in zip(prog.segments, self._code.functions, strict=True):
+            n = seg.instances().evaluate(env) if seg.parallel else 1
+            if n <= 0:
+                continue
+            chunks = min(threads, n) if seg.parallel else 1
+            while len(arenas) < chunks:
+                arenas.append(_aligned(worker_size))
+            ranges = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+
+            def call(c: int, fn: Any = fn, ranges: list[tuple[int, int]] = ranges) -> None:
+                lo, hi = ranges[c]
+                fn(lo, hi, *base, arenas[c].ctypes.data, garena.ctypes.data,
+                   table.ctypes.data)
+
+            if chunks == 1:
+                call(0)
+                continue
+            futures: list[Future[None]] = [_pool(chunks - 1).submit(call, c)
+                                           for c in range(1, chunks)]
+            try:
+                call(0)
+            finally:
+                for f in futures:
+                    f.result()
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """A 64-byte aligned byte buffer of at least ``nbytes`` (never empty)."""
+    raw = np.empty(max(nbytes, 0) + 128, dtype=np.uint8)
+    shift = (-raw.ctypes.data) % 64
+    return raw[shift:shift + max(nbytes, 64)]
+
+
+def _view_type_check(kernel: Kernel) -> None:  # used by tests of malformed kernels
+    for p in kernel.params:
+        if not isinstance(p.type, ViewType):
+            raise error(f"kernel parameter {p.name_hint} is not a view", kind=_INPUT)

@@ -1,0 +1,331 @@
+"""Plans out of and back into the process: JSON (with its schema), tables, Graphviz.
+
+The JSON form is the service's wire format and what ``planner compare --plans``
+reads back.  ``plan_from_json(plan_to_json(p)) == p`` for every plan; the document
+carries ``"schema": "planner.plan/1"`` and validates against :func:`plan_json_schema`
+(JSON Schema 2020-12).  Costs are integer nanoseconds (``"units": "ns"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from planner.errors import Diagnostic, PlannerError
+from planner.solve.plan import (
+    Baseline,
+    Decision,
+    EdgePlan,
+    LayoutChoice,
+    MaterializationPlan,
+    MemoryPlan,
+    Policy,
+    ProofSummary,
+    ResourcePeak,
+    Status,
+)
+
+SCHEMA_ID = "planner.plan/1"
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _layout_to_json(layout: LayoutChoice | None) -> dict[str, Any] | None:
+    if layout is None:
+        return None
+    return {"kind": layout.kind, "pad": layout.pad,
+            "swizzle": list(layout.swizzle) if layout.swizzle else None}
+
+
+def _edge_to_json(e: EdgePlan) -> dict[str, Any]:
+    return {"edge_id": e.edge_id, "producer": e.producer, "consumer": e.consumer,
+            "value": e.value, "bytes": e.bytes, "decision": e.decision.value,
+            "resource": e.resource, "layout": _layout_to_json(e.layout),
+            "versions": e.versions, "sync": e.sync, "lifetime": list(e.lifetime),
+            "stage_distance": e.stage_distance, "cost": dict(sorted(e.cost.items())),
+            "reason": e.reason}
+
+
+def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
+    """A JSON-ready dict (only str, int, float, bool, None, lists and dicts)."""
+    return {
+        "schema": SCHEMA_ID,
+        "units": "ns",
+        "kernel": plan.kernel,
+        "target": plan.target,
+        "policy": plan.policy.value,
+        "baseline": plan.baseline.value if plan.baseline else None,
+        "bindings": dict(plan.bindings),
+        "status": plan.status.value,
+        "objective": plan.objective,
+        "bound": plan.bound,
+        "gap": plan.gap,
+        "solve_time_s": plan.solve_time_s,
+        "breakdown": dict(sorted(plan.breakdown.items())),
+        "edges": [_edge_to_json(e) for e in plan.edges],
+        "peaks": [{"resource": p.resource, "capacity": p.capacity, "peak_bytes": p.peak_bytes,
+                   "at_point": p.at_point, "holders": [[w, b] for w, b in p.holders]}
+                  for p in plan.peaks],
+        "memories": [{"name": m.name, "resource": m.resource, "bytes": m.bytes,
+                      "versions": m.versions, "max_versions": m.max_versions,
+                      "lifetime": list(m.lifetime)} for m in plan.memories],
+        "proofs": [{"name": p.name, "status": p.status, "detail": p.detail}
+                   for p in plan.proofs],
+        "explanation": list(plan.explanation),
+        "content_hash": plan.content_hash,
+    }
+
+
+def _bad(message: str) -> PlannerError:
+    return PlannerError(Diagnostic(f"invalid plan JSON: {message}"), kind="parse")
+
+
+def _get(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in obj:
+        raise _bad(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise _bad(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got "
+                   f"{type(value).__name__}")
+    return value
+
+
+def _layout_from_json(obj: Any) -> LayoutChoice | None:
+    if obj is None:
+        return None
+    sw = obj.get("swizzle")
+    return LayoutChoice(str(obj["kind"]), int(obj.get("pad", 0)),
+                        tuple(int(x) for x in sw) if sw else None)  # type: ignore[arg-type]
+
+
+def _edge_from_json(obj: Mapping[str, Any], i: int) -> EdgePlan:
+    w = f"edges[{i}]"
+    return EdgePlan(
+        _get(obj, "edge_id", str, w), _get(obj, "producer", str, w),
+        _get(obj, "consumer", str, w), _get(obj, "value", str, w), _get(obj, "bytes", int, w),
+        Decision(_get(obj, "decision", str, w)), obj.get("resource"),
+        _layout_from_json(obj.get("layout")), int(obj.get("versions", 1)), obj.get("sync"),
+        tuple(obj.get("lifetime", (0, 0))),  # type: ignore[arg-type]
+        int(obj.get("stage_distance", 0)),
+        {str(k): int(v) for k, v in _get(obj, "cost", dict, w).items()},
+        str(obj.get("reason", "")))
+
+
+def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
+    """Rebuild a plan from :func:`plan_to_json` output; malformed input raises PlannerError."""
+    if not isinstance(obj, Mapping):
+        raise _bad("expected an object")
+    if obj.get("schema", SCHEMA_ID) != SCHEMA_ID:
+        raise _bad(f"schema {obj.get('schema')!r} is not {SCHEMA_ID!r}")
+    try:
+        base = obj.get("baseline")
+        return MaterializationPlan(
+            kernel=_get(obj, "kernel", str, "plan"), target=_get(obj, "target", str, "plan"),
+            policy=Policy(_get(obj, "policy", str, "plan")),
+            baseline=Baseline(base) if base else None,
+            bindings=tuple(sorted((str(k), int(v)) for k, v in
+                                  _get(obj, "bindings", dict, "plan").items())),
+            edges=tuple(_edge_from_json(e, i) for i, e in enumerate(
+                _get(obj, "edges", list, "plan"))),
+            peaks=tuple(ResourcePeak(p["resource"], p["capacity"], int(p["peak_bytes"]),
+                                     int(p["at_point"]),
+                                     tuple((str(w), int(b)) for w, b in p["holders"]))
+                        for p in _get(obj, "peaks", list, "plan")),
+            objective=_get(obj, "objective", int, "plan"),
+            breakdown={str(k): int(v) for k, v in _get(obj, "breakdown", dict, "plan").items()},
+            status=Status(_get(obj, "status", str, "plan")),
+            gap=float(obj.get("gap", 0.0)), solve_time_s=float(obj.get("solve_time_s", 0.0)),
+            proofs=tuple(ProofSummary(p["name"], p["status"], p.get("detail", ""))
+                         for p in obj.get("proofs", [])),
+            explanation=tuple(str(x) for x in obj.get("explanation", [])),
+            content_hash=str(obj.get("content_hash", "")),
+            memories=tuple(MemoryPlan(m["name"], m["resource"], int(m["bytes"]),
+                                      int(m["versions"]), int(m["max_versions"]),
+                                      tuple(m["lifetime"]))  # type: ignore[arg-type]
+                           for m in obj.get("memories", [])),
+            bound=int(obj.get("bound", 0)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(f"{type(exc).__name__}: {exc}") from None
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of :func:`plan_to_json` documents."""
+    nullable_str = {"type": ["string", "null"]}
+    costs = {"type": "object", "additionalProperties": {"type": "integer"}}
+    pair = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    layout = {"type": ["object", "null"], "required": ["kind"], "properties": {
+        "kind": {"enum": ["dense", "padded", "swizzled"]},
+        "pad": {"type": "integer", "minimum": 0},
+        "swizzle": {"type": ["array", "null"], "items": {"type": "integer"}}}}
+    edge = {"type": "object", "additionalProperties": False,
+            "required": ["edge_id", "producer", "consumer", "value", "bytes", "decision",
+                         "resource", "layout", "versions", "sync", "lifetime",
+                         "stage_distance", "cost", "reason"],
+            "properties": {
+                "edge_id": {"type": "string"}, "producer": {"type": "string"},
+                "consumer": {"type": "string"}, "value": {"type": "string"},
+                "bytes": {"type": "integer", "minimum": 0},
+                "decision": {"enum": [d.value for d in Decision]},
+                "resource": nullable_str, "layout": layout,
+                "versions": {"type": "integer", "minimum": 1}, "sync": nullable_str,
+                "lifetime": pair, "stage_distance": {"type": "integer", "minimum": 0},
+                "cost": costs, "reason": {"type": "string"}}}
+    peak = {"type": "object", "required": ["resource", "capacity", "peak_bytes", "at_point",
+                                           "holders"],
+            "properties": {
+                "resource": {"type": "string"}, "capacity": {"type": ["integer", "null"]},
+                "peak_bytes": {"type": "integer"}, "at_point": {"type": "integer"},
+                "holders": {"type": "array", "items": {
+                    "type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                    "minItems": 2, "maxItems": 2}}}}
+    memory = {"type": "object", "required": ["name", "resource", "bytes", "versions",
+                                             "max_versions", "lifetime"],
+              "properties": {"name": {"type": "string"}, "resource": {"type": "string"},
+                             "bytes": {"type": "integer"},
+                             "versions": {"type": "integer", "minimum": 1},
+                             "max_versions": {"type": "integer", "minimum": 1},
+                             "lifetime": pair}}
+    proof = {"type": "object", "required": ["name", "status"], "properties": {
+        "name": {"type": "string"},
+        "status": {"enum": ["proved", "refuted", "unknown", "skipped"]},
+        "detail": {"type": "string"}}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://planner.invalid/schemas/plan-1.json",
+        "title": "MaterializationPlan",
+        "type": "object",
+        "required": ["schema", "units", "kernel", "target", "policy", "baseline", "bindings",
+                     "status", "objective", "gap", "solve_time_s", "breakdown", "edges",
+                     "peaks", "explanation", "content_hash"],
+        "properties": {
+            "schema": {"const": SCHEMA_ID}, "units": {"const": "ns"},
+            "kernel": {"type": "string"}, "target": {"type": "string"},
+            "policy": {"enum": [p.value for p in Policy]},
+            "baseline": {"enum": [None, *(b.value for b in Baseline)]},
+            "bindings": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "status": {"enum": [s.value for s in Status]},
+            "objective": {"type": "integer", "minimum": 0},
+            "bound": {"type": "integer"},
+            "gap": {"type": "number", "minimum": 0},
+            "solve_time_s": {"type": "number", "minimum": 0},
+            "breakdown": costs,
+            "edges": {"type": "array", "items": edge},
+            "peaks": {"type": "array", "items": peak},
+            "memories": {"type": "array", "items": memory},
+            "proofs": {"type": "array", "items": proof},
+            "explanation": {"type": "array", "items": {"type": "string"}},
+            "content_hash": {"type": "string"},
+        },
+    }
+
+
+# --------------------------------------------------------------------------- text
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()
+          ) -> str:
+    """Columns padded to their widest cell; ``right`` lists right-aligned columns."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.rjust(w) if i in right else c.ljust(w)
+               for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def fmt_size(n: int | None) -> str:
+    """``1,152 B``, ``512 KiB`` (exact binary multiples), ``-`` for unbounded."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size:,} {unit}"
+    return f"{n:,} B"
+
+
+def fmt_ns(n: int) -> str:
+    if n >= 10_000_000:
+        return f"{n / 1e6:,.1f} ms"
+    if n >= 10_000:
+        return f"{n / 1e3:,.1f} us"
+    return f"{n:,} ns"
+
+
+def decision_text(e: EdgePlan) -> str:
+    if e.decision is Decision.MATERIALIZED:
+        return f"materialize {e.resource}" + (f", {e.layout}" if e.layout and
+                                              e.layout.kind != "dense" else "")
+    if e.decision is Decision.VIRTUAL:
+        return f"virtual ({e.resource})" if e.resource else "virtual"
+    return e.decision.value
+
+
+def _header(plan: MaterializationPlan) -> list[str]:
+    binds = " ".join(f"{k}={v}" for k, v in plan.bindings) or "(none)"
+    base = f"  baseline {plan.baseline.value}" if plan.baseline else ""
+    lines = [f"{plan.kernel} on {plan.target}  policy {plan.policy.value}{base}  "
+             f"bindings {binds}"]
+    status = plan.status.value
+    if plan.status is Status.FEASIBLE:
+        status += f" (gap {plan.gap:.2%})"
+    lines.append(f"status {status} in {plan.solve_time_s:.2f} s")
+    return lines
+
+
+def format_plan_table(plan: MaterializationPlan) -> str:
+    """Edges, decisions and costs; peaks; the objective's breakdown; status and time."""
+    lines = _header(plan)
+    if plan.status is Status.INFEASIBLE:
+        lines += ["infeasible:", *(f"  {x}" for x in plan.explanation)]
+        return "\n".join(lines)
+    parts = ", ".join(f"{k} {v:,}" for k, v in sorted(plan.breakdown.items()) if v)
+    lines.append(f"estimated time {fmt_ns(plan.objective)} ({parts})")
+    lines.append("")
+    rows = [(e.edge_id, decision_text(e), str(e.versions), f"{sum(e.cost.values()):,}",
+             e.reason) for e in plan.edges]
+    lines.append(table(("edge", "decision", "ver", "cost ns", "reason"), rows, right=(2, 3)))
+    lines.append("")
+    prow = [(p.resource, fmt_size(p.peak_bytes), fmt_size(p.capacity), str(p.at_point),
+             " + ".join(f"{w} {b:,} B" for w, b in p.holders)) for p in plan.peaks]
+    lines.append(table(("resource", "peak", "capacity", "point", "held at the peak"), prow,
+                       right=(1, 2, 3)))
+    if plan.memories:
+        lines.append("")
+        mrow = [(m.name, m.resource, fmt_size(m.bytes), f"{m.versions}/{m.max_versions}")
+                for m in plan.memories]
+        lines.append(table(("memory", "resource", "bytes", "versions"), mrow, right=(2, 3)))
+    if plan.proofs:
+        lines.append("")
+        lines.append("proofs: " + ", ".join(f"{p.name} {p.status}" for p in plan.proofs))
+    return "\n".join(lines)
+
+
+_COLOURS = {Decision.VIRTUAL: "forestgreen", Decision.FUSED: "royalblue",
+            Decision.RECOMPUTED: "darkorange", Decision.MATERIALIZED: "firebrick"}
+
+
+def _quote(text: str) -> str:
+    """A DOT string; ``\\n`` inside stays Graphviz's line break."""
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+def plan_to_dot(plan: MaterializationPlan) -> str:
+    """A Graphviz digraph of the dataflow, edges coloured by decision."""
+    title = f"{plan.kernel} on {plan.target}: {plan.status.value}, {plan.objective:,} ns"
+    lines = [f"digraph {_quote(plan.kernel)} {{", "  rankdir=TB;",
+             '  node [shape=box, fontname="monospace", fontsize=10];',
+             f"  label={_quote(title)};"]
+    nodes = dict.fromkeys(n for e in plan.edges for n in (e.producer, e.consumer))
+    lines += [f"  {_quote(n)};" for n in nodes]
+    for e in plan.edges:
+        label = e.decision.value + (f"\\n{e.resource}" if e.resource else "")
+        if e.versions > 1:
+            label += f" x{e.versions}"
+        style = ", style=dashed" if e.decision in (Decision.FUSED, Decision.RECOMPUTED) else ""
+        lines.append(f"  {_quote(e.producer)} -> {_quote(e.consumer)} "
+                     f"[label={_quote(label)}, color={_COLOURS[e.decision]}, "
+                     f"fontcolor={_COLOURS[e.decision]}{style}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

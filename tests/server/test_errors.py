@@ -1,0 +1,141 @@
+"""Every bad request gets a 4xx with the JSON error body; none reaches a 5xx."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from planner.ir.examples import load_example
+from planner.ir.json_form import kernel_to_json
+from planner.ir.printer import print_kernel
+
+SOFTMAX = load_example(load_example.__globals__["builtin_examples_dir"]() / "softmax.py")
+KERNEL = kernel_to_json(SOFTMAX.kernel)
+BINDINGS = SOFTMAX.bindings
+
+
+def error_of(r: httpx.Response, status: int, kind: str | None = None) -> dict[str, Any]:
+    """The error object of ``r``, which must have ``status`` (and ``kind``)."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err: dict[str, Any] = r.json()["error"]
+    assert set(err) >= {"kind", "message", "rule", "location", "diagnostics", "request_id"}
+    assert err["request_id"] == r.headers["x-request-id"]
+    if kind is not None:
+        assert err["kind"] == kind, err
+    return err
+
+
+def test_body_over_the_limit_by_content_length(client: httpx.Client, live: Any) -> None:
+    big = b" " * (live.settings.max_body_bytes + 1)
+    r = client.post("/v1/plan", content=big, headers={"Content-Type": "application/json"})
+    assert "limit" in error_of(r, 413, "too-large")["message"]
+
+
+def test_streamed_body_over_the_limit(client: httpx.Client, live: Any) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(live.settings.max_body_bytes // 8192 + 2):
+            yield b" " * 8192
+
+    r = client.post("/v1/plan", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "transfer-encoding" not in r.request.headers or \
+        r.request.headers["transfer-encoding"] == "chunked"
+    error_of(r, 413, "too-large")
+
+
+def _long_chain(n: int) -> dict[str, Any]:
+    """Softmax with ``n`` extra exp ops chained after its exp (JSON IR)."""
+    kernel = copy.deepcopy(KERNEL)
+    ops = kernel["body"]["ops"][0]["regions"][0]["ops"]
+    exp = next(i for i, op in enumerate(ops) if op["attrs"].get("fn") == "exp")
+    chain = []
+    prev = ops[exp]["results"][0]["id"]
+    for i in range(n):
+        op = copy.deepcopy(ops[exp])
+        op["operands"] = [prev]
+        op["results"][0]["id"] = prev = f"chain{i}"
+        op["results"][0].pop("name", None)
+        chain.append(op)
+    ops[exp + 1:exp + 1] = chain
+    return kernel
+
+
+def test_graph_over_the_op_limit(client: httpx.Client, live: Any) -> None:
+    within = client.post("/v1/plan", json={"kernel": _long_chain(10), "bindings": BINDINGS})
+    assert within.status_code == 200, within.text
+    too_big = _long_chain(live.settings.max_graph_ops + 1)
+    err = error_of(client.post("/v1/plan", json={"kernel": too_big, "bindings": BINDINGS}),
+                   413, "too-large")
+    assert f"more than {live.settings.max_graph_ops} ops" in err["message"]
+
+
+@pytest.mark.parametrize(("content", "status", "kind"), [
+    (b"{not json", 400, "bad-json"),
+    (b"[1, 2", 400, "bad-json"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, None),
+    (b'{"kernel": 5}', 422, "validation"),
+    (b'{"target": "x86-avx2"}', 422, "validation"),
+    (b"null", 422, "validation"),
+    (b'"kernel"', 422, "validation"),
+    (b'{"kernel": {}, "python": "import os"}', 422, "validation"),
+    (b'{"kernel": {}, "bindings": {"M": -1}}', 422, "validation"),
+    (b'{"kernel": {}, "bindings": {"1M": 3}}', 422, "validation"),
+    (b'{"kernel": {}, "policy": "fastest"}', 422, "validation"),
+    (b'{"kernel": {}, "time_limit": 0}', 422, "validation"),
+    (b'{"kernel": {}, "target": "../../etc/passwd"}', 422, "validation"),
+])
+def test_malformed_requests(client: httpx.Client, content: bytes, status: int,
+                            kind: str | None) -> None:
+    r = client.post("/v1/plan", content=content, headers={"Content-Type": "application/json"})
+    assert error_of(r, status, kind)["message"]
+
+
+def test_malformed_kernels_are_422_with_a_location(client: httpx.Client) -> None:
+    r = client.post("/v1/plan", json={"kernel": {"name": "k", "params": [], "body": 3}})
+    assert error_of(r, 422, "invalid-ir")["message"].startswith("$.body")
+    source = "import os\nos.system('echo pwned')\n"  # Python is text IR that does not parse
+    err = error_of(client.post("/v1/plan", json={"kernel": source}), 422, "parse")
+    assert err["location"] == {"file": "<request>", "line": 1, "col": 1}
+    text = print_kernel(SOFTMAX.kernel).replace('"tile.reduce"', '"tile.reduce_all"', 1)
+    err = error_of(client.post("/v1/plan", json={"kernel": text, "bindings": BINDINGS}), 422)
+    assert err["location"]["file"] == "<request>" and err["location"]["line"] > 1
+
+
+def test_illegal_layout_is_422(client: httpx.Client) -> None:
+    kernel = kernel_to_json(load_example(SOFTMAX.path.parent / "manual_gemm.py").kernel)
+    ops = kernel["body"]["ops"][0]["regions"][0]["ops"]
+    alloc = next(op for op in ops if op["op"] == "memory.alloc")
+    alloc["attrs"]["layout"]["strides"] = [1, 1]  # rows overlap: not injective
+    r = client.post("/v1/plan", json={"kernel": kernel, "bindings": {"M": 64, "N": 64, "K": 32}})
+    assert error_of(r, 422)["diagnostics"]
+
+
+def test_unknown_target_is_404_with_a_suggestion(client: httpx.Client) -> None:
+    r = client.post("/v1/plan", json={"kernel": KERNEL, "bindings": BINDINGS,
+                                      "target": "x86-avx"})
+    assert "did you mean 'x86-avx2'" in error_of(r, 404, "unknown-target")["message"]
+
+
+def test_unbound_symbols_are_422(client: httpx.Client) -> None:
+    r = client.post("/v1/plan", json={"kernel": KERNEL})
+    error_of(r, 422)
+
+
+def test_unknown_route_and_method(client: httpx.Client) -> None:
+    error_of(client.get("/v2/plan"), 404, "not-found")
+    r = client.get("/v1/plan")
+    error_of(r, 405, "method-not-allowed")
+    assert r.headers["allow"] == "POST"
+    r = client.post("/v1/catalogs/x86-avx2")
+    assert set(error_of(r, 405)["kind"].split()) == {"method-not-allowed"}
+    assert r.headers["allow"] == "DELETE, GET, PUT"
+
+
+def test_wrong_content_type_is_a_4xx(client: httpx.Client) -> None:
+    r = client.post("/v1/plan", content=b'{"kernel": {}}', headers={"Content-Type": "text/plain"})
+    assert 400 <= r.status_code < 500
+    error_of(r, r.status_code)
