@@ -3,17 +3,20 @@
 Usage::
 
     python bench/gemm_kernel.py [--sizes 256 512 1024 2048] [--reps 7] [--threads 1 2]
-                                [--config auto|avx2|avx512]
+                                [--config auto|avx2|avx512] [--wait-quiet S]
 
 For each size and thread count the two implementations are timed in ABBA blocks (numpy,
-ours, ours, numpy; each block after 0.25 s of untimed warm-up calls of the same
-function, because OpenBLAS's worker threads keep spinning ~0.1 s after a threaded call and
-would steal the second core from the kernel timed right after it), and the medians of the
-2·reps samples are reported as GFLOP/s
-(2·n³ / t) together with ``ratio = t_numpy / t_ours`` (> 1 means faster than numpy).
-numpy's BLAS is limited to the same number of threads with ``threadpoolctl`` (required),
-and the script prints ``OPENBLAS_CORETYPE`` and the BLAS kernel threadpoolctl reports,
-because an old forced core type makes numpy 30–85 % slower.
+ours, ours, numpy), each block after 0.25 s of untimed warm-up calls of the same function
+(OpenBLAS's worker threads keep spinning ~0.1 s after a threaded call and would steal the
+second core from whatever is timed next). Reported: medians of the 2·reps samples as
+GFLOP/s (2·n³ / t), ``ratio = t_numpy / t_ours`` (> 1: faster than numpy) and "best", the
+same ratio of the fastest samples. numpy's BLAS is limited to the same number of threads
+with ``threadpoolctl`` (required); ``OPENBLAS_CORETYPE`` and the BLAS kernel threadpoolctl
+reports are printed, because an old forced core type makes numpy 30–85 % slower.
+
+The machine is shared: each row waits (≤ S s) for a ≥ 90 % idle machine and shows how
+much CPU other processes used while it ran; rows where that is not ~0 % are not
+trustworthy (OpenBLAS's spinning threads suffer most from a stolen core).
 """
 
 from __future__ import annotations
@@ -62,6 +65,26 @@ def _idle_fraction(window_s: float = 1.0) -> float | None:
         return None
     d = [y - x for x, y in zip(a, b, strict=False)]
     return (d[3] + d[4]) / max(1, sum(d))
+
+
+def _cpu_snapshot() -> tuple[float, float, float] | None:
+    """(busy s, total s) of the whole machine from /proc/stat, and this process's CPU s."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return (sum(v) - v[3] - v[4]) / hz, sum(v) / hz, t.user + t.system
+
+
+def _foreign_load(a: tuple[float, float, float] | None,
+                  b: tuple[float, float, float] | None) -> str:
+    """Share of all CPU time used by *other* processes between two snapshots."""
+    if a is None or b is None or b[1] <= a[1]:
+        return "n/a"
+    return f"{max(0.0, (b[0] - a[0]) - (b[2] - a[2])) / (b[1] - a[1]):.0%}"
 
 
 def _wait_quiet(limit_s: float) -> str:
@@ -114,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f} (shared machine: see idle column)\n")
 
     header = (f"{'n':>5} {'thr':>3} | {'numpy ms':>9} {'GF/s':>7} | {'ours ms':>9} {'GF/s':>7}"
-              f" | {'ratio':>5} | idle before")
+              f" | {'ratio':>5} {'best':>5} | idle before, other procs during")
     print(header)
     print("-" * len(header))
     rng = np.random.default_rng(0)
@@ -127,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         reps = args.reps if n < 2048 else max(5, args.reps - 2)
         for thr in args.threads:
             idle = _wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else "-"
+            snap0 = _cpu_snapshot()
             with threadpool_limits(limits=thr, user_api="blas"):
 
                 def run_np(a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c_np) -> None:
@@ -146,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                                  (run_ours, t_ours), (run_np, t_np)):
                     _warm(fn)
                     sink += _time(fn, reps)
+            foreign = _foreign_load(snap0, _cpu_snapshot())
             err = float(np.max(np.abs(c_np - c_ours))) / max(1.0, float(np.max(np.abs(c_np))))
             if err > 1e-4:
                 print(f"!! n={n} threads={thr}: results differ (rel {err:.2e})")
             m_np, m_ours = statistics.median(t_np), statistics.median(t_ours)
             print(f"{n:>5} {thr:>3} | {m_np * 1e3:>9.2f} {flops / m_np / 1e9:>7.1f} | "
                   f"{m_ours * 1e3:>9.2f} {flops / m_ours / 1e9:>7.1f} | {m_np / m_ours:>5.2f}"
-                  f" | {idle}")
+                  f" {min(t_np) / min(t_ours):>5.2f} | {idle}, {foreign}")
     kernel.close()
     return 0
 

@@ -51,9 +51,45 @@ from planner.solve import Baseline, Status, plan_kernel  # noqa: E402
 from planner.solve.plan_io import table  # noqa: E402
 
 
-def synthetic_kernel(edges: int, seed: int = 0) -> Kernel:
-    """A random tile DAG with about ``edges`` live def→use edges."""
+def _synthetic_dag(edges: int, seed: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(op, operand indices) in program order; operands are among the 8 latest values."""
     rng = random.Random(seed)
+    ops: list[tuple[str, tuple[int, ...]]] = [("load", ())]
+    count = 0
+    unread = {0}  # values nobody reads yet: each will get a store edge
+    while count + len(unread) < edges:
+        pick = rng.random()
+        recent = max(0, len(ops) - 8)
+        a, b = rng.randrange(recent, len(ops)), rng.randrange(recent, len(ops))
+        if pick < 0.15 or len(ops) < 2:
+            ops.append(("load", ()))
+        elif pick < 0.3:
+            ops.append(("exp", (a,)))
+        elif pick < 0.4:
+            ops.append(("rowsum", (a,)))  # reduce + broadcast: two edges
+            count += 1
+        elif pick < 0.55:
+            ops.append(("max", (a, b)))
+        else:
+            ops.append(("fma", (a, b)))  # a * b + a: four edges
+            count += 2
+        count += len(ops[-1][1])
+        unread -= set(ops[-1][1])
+        unread.add(len(ops) - 1)
+    return ops
+
+
+def synthetic_kernel(edges: int, seed: int = 0) -> Kernel:
+    """A random tile DAG with about ``edges`` live def→use edges.
+
+    A value nobody reads is stored to ``Y`` right after it is defined, so live ranges
+    stay short, as in real kernels.
+    """
+    ops = _synthetic_dag(edges, seed)
+    last_use = {i: i for i in range(len(ops))}
+    for i, (_, args) in enumerate(ops):
+        for a in args:
+            last_use[a] = i
 
     @tile_kernel(f"synthetic_{edges}")
     def synthetic(X: TensorView[const(f32), dims("M", "N")],
@@ -62,37 +98,21 @@ def synthetic_kernel(edges: int, seed: int = 0) -> Kernel:
         m, n = axis("m", 4), axis("n", 16)
         for nest in parallel(shape(gm)):
             r0 = nest.index(gm) * 4
-            vals: list[Tile] = [X[coord(r0, 0), shape(m, n)]]
-            uses = [0]
-            count = 0
-            while count < edges:
-                pick = rng.random()
-                recent = max(0, len(vals) - 8)
-                a = rng.randrange(recent, len(vals))
-                b = rng.randrange(recent, len(vals))
-                if pick < 0.15 or len(vals) < 2:
-                    vals.append(X[coord(r0, rng.randrange(4) * 16), shape(m, n)])
-                    uses.append(0)
-                    continue
-                if pick < 0.3:
-                    new, used = exp(vals[a]), (a,)
-                elif pick < 0.4:
-                    new, used = broadcast(reduce_sum(vals[a], axis=1), shape(m, n),
-                                          dims=(0,)), (a,)
-                    count += 2  # the reduce's input edge and the broadcast's input edge
-                elif pick < 0.55:
-                    new, used = maximum(vals[a], vals[b]), (a, b)
+            vals: list[Tile] = []
+            for i, (op, args) in enumerate(ops):
+                x = [vals[a] for a in args]
+                if op == "load":
+                    vals.append(X[coord(r0, (i % 4) * 16), shape(m, n)])
+                elif op == "exp":
+                    vals.append(exp(x[0]))
+                elif op == "rowsum":
+                    vals.append(broadcast(reduce_sum(x[0], axis=1), shape(m, n), dims=(0,)))
+                elif op == "max":
+                    vals.append(maximum(x[0], x[1]))
                 else:
-                    new, used = vals[a] * vals[b] + vals[a], (a, b, a)
-                    count += 1  # the product's edge into the sum
-                for i in used:
-                    uses[i] += 1
-                count += len(used)
-                vals.append(new)
-                uses.append(0)
-            for v, k in zip(vals, uses, strict=True):
-                if k == 0:
-                    Y(coord(r0, 0), shape(m, n)).store(v)
+                    vals.append(x[0] * x[1] + x[0])
+                if last_use[i] == i:
+                    Y(coord(r0, 0), shape(m, n)).store(vals[-1])
 
     return synthetic
 

@@ -74,10 +74,18 @@ class ApiError(Exception):
 
 
 def decode_kernel(source: KernelSource, max_ops: int) -> Kernel:
-    """A kernel from its JSON IR object or text IR; never executes anything."""
-    if isinstance(source, str):
-        return parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
-    return kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
+    """A kernel from its JSON IR object or text IR; never executes anything.
+
+    The readers bound ops and region depth; nesting they do not bound (parentheses in
+    an expression) ends in a RecursionError, reported here as ``too-large``.
+    """
+    try:
+        if isinstance(source, str):
+            return parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
+        return kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
+    except RecursionError:
+        raise PlannerError(Diagnostic("the kernel is nested too deeply to read",
+                                      SourceLoc(REQUEST_FILE, 0)), kind="too-large") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,7 @@ class PlanJob:
 
     def run(self) -> Planned:
         kernel = decode_kernel(self.kernel, self.max_ops)
+        verify(kernel, self.bindings)  # the planner assumes a verified kernel
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
                            time_limit_s=self.time_limit_s, workers=self.solver_workers)

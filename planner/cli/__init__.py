@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "planner.cli.catalog_cmds",
     "planner.cli.plan_cmds",
     "planner.cli.serve_cmds",
+    "planner.cli.lower_cmds",
+    "planner.cli.survey_cmds",
 )
 
 

@@ -63,12 +63,13 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul, product
 from planner.lower import loop_program as lp
 from planner.lower.llvm_gemm import GemmConfig, emit_gemm_f32
-from planner.lower.llvm_jit import declare_intrinsic
+from planner.lower.llvm_jit import TargetSpec, declare_intrinsic, host_target
 from planner.lower.llvm_vecmath import emit_exp, emit_log, emit_tanh
 
 __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
 
 _KIND = "lowering"
+_NestLike = lp.Nest | lp.ReduceNest | lp.FusedNest
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32 = ir.FloatType()
 I8P = I8.as_pointer()
@@ -81,10 +82,17 @@ _CONTRACT = ("contract",)
 class CodegenConfig:
     """Vector width (lanes of f32), the stack budget and the mma kernel choice."""
 
-    vector_width: int = 8
+    vector_width: int = 8  # lanes of f32: 8 on AVX2 hosts, 16 with AVX-512 (for_host)
     stack_limit: int = 16 * 1024  # bytes per private buffer kept on the stack
     small_mma: int = 32 * 32 * 32  # m*n*k up to which mma uses the small kernel
     gemm: GemmConfig | None = None
+
+    @classmethod
+    def for_host(cls, spec: TargetSpec | None = None) -> CodegenConfig:
+        """ymm vectors (8 lanes) on AVX2 hosts, zmm (16 lanes) where AVX-512 exists."""
+        spec = spec if spec is not None else host_target()
+        width = 16 if spec.has_feature("avx512f") else 8
+        return cls(vector_width=width, gemm=GemmConfig.for_target(spec))
 
 
 @dataclass(frozen=True, slots=True)
@@ -681,58 +689,84 @@ class _Fn(_IR):
                 ok = b.and_(ok, b.icmp_signed("<=", b.add(o, self.expr(n)), self.expr(ext)))
         return ok
 
-    def nest(self, s: lp.Nest | lp.ReduceNest) -> None:
+    def nest(self, s: lp.Nest | lp.ReduceNest | lp.FusedNest) -> None:
+        parts = s.parts if isinstance(s, lp.FusedNest) else (s,)
         windows = s.windows
         if not windows:
-            self.nest_body(s, edge=False)
+            self.nest_body(s, parts, edge=False)
             return
         with self.b.if_else(self.windows_inside(windows)) as (inside, outside):
             with inside:
-                self.nest_body(s, edge=False)
+                self.nest_body(s, parts, edge=False)
             with outside:
-                self.nest_body(s, edge=True)
+                self.nest_body(s, parts, edge=True)
 
-    def nest_body(self, s: lp.Nest | lp.ReduceNest, edge: bool) -> None:
+    def nest_body(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
+                  edge: bool) -> None:
         if not s.vars:
             lanes = _Lanes(1, None, None, edge)
-            assert isinstance(s, lp.Nest)
-            self.write(s.dest, self.elem(s.value, lanes), s.value.dtype, lanes)
+            for p in parts:
+                assert isinstance(p, lp.Nest)
+                self.write(p.dest, self.elem(p.value, lanes), p.value.dtype, lanes)
             return
-        self._outer(s, 0, edge)
+        self._outer(s, parts, 0, edge)
 
-    def _outer(self, s: lp.Nest | lp.ReduceNest, d: int, edge: bool) -> None:
+    def _outer(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...], d: int,
+               edge: bool) -> None:
         if d == len(s.vars) - 1:
-            (self._inner_reduce if isinstance(s, lp.ReduceNest) else self._inner)(s, edge)
+            self._inner(s, parts, edge)
             return
         with self.loop(_c64(0), self.expr(s.extents[d]), 1, f"n{d}") as i:
             self.env[s.vars[d]] = i
-            self._outer(s, d + 1, edge)
+            self._outer(s, parts, d + 1, edge)
 
-    def _dest_symbols(self, s: lp.Nest | lp.ReduceNest) -> tuple[str, str] | None:
-        if isinstance(s.dest, lp.BufWrite):
-            return ("buf", s.dest.buffer)
-        return ("view", s.dest.view)
-
-    def _hoisted(self, value: lp.Elem, var: str, dest: tuple[str, str] | None,
+    def _hoisted(self, parts: tuple[lp.Nest | lp.ReduceNest, ...], var: str,
                  edge: bool) -> dict[lp.Elem, ir.Value]:
         """Evaluate the subexpressions that do not depend on ``var`` once (splatted)."""
         w = self.cg.config.vector_width
+        dests = {lp.dest_key(p) for p in parts}
         roots: list[lp.Elem] = []
-        _invariant_roots(value, var, dest, roots)
+        for p in parts:
+            _invariant_roots(p.value, var, dests, roots)
         lanes = _Lanes(w, None, None, edge)
         for r in roots:
             self.elem(r, lanes)
         return lanes.cache
 
-    def _vector_points(self, s: lp.Nest | lp.ReduceNest, edge: bool,
-                       point: Callable[[_Lanes], None]) -> None:
-        """Main loop over full vectors, then one masked tail, of the innermost variable."""
+    def _inner(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
+               edge: bool) -> None:
+        """Main loop over full vectors, then one masked tail, of the innermost variable;
+        reductions accumulate lane-wise and are reduced horizontally after the row."""
         b = self.b
         w = self.cg.config.vector_width
         var = s.vars[-1]
+        accs: dict[int, tuple[ir.Value, ir.Constant, float | int]] = {}
+        for i, p in enumerate(parts):
+            if isinstance(p, lp.ReduceNest):
+                vt = _vec(_reg_type(p.value.dtype), w)
+                ident = _identity(p.fn, p.value.dtype)
+                ident_v = ir.Constant(vt, [ident] * w)
+                acc = self.alloca(vt)
+                b.store(ident_v, acc)
+                accs[i] = (acc, ident_v, ident)
+
+        def point(lanes: _Lanes) -> None:
+            for i, p in enumerate(parts):
+                v = self.elem(p.value, lanes)
+                if isinstance(p, lp.Nest):
+                    self.write(p.dest, v, p.value.dtype, lanes)
+                    if isinstance(p.dest, lp.BufWrite):  # forward to later parts
+                        lanes.cache[lp.BufRead(p.dest.buffer, p.dest.index, p.dest.version,
+                                               p.value.dtype)] = v
+                    continue
+                acc, ident_v, _ = accs[i]
+                if lanes.tail is not None:
+                    v = b.select(lanes.tail, v, ident_v)
+                b.store(_COMBINE[(p.fn, p.value.dtype)](self, b.load(acc), v), acc)
+
         n = self.expr(s.extents[-1])
         with b.if_then(b.icmp_signed(">", n, _c64(0))):
-            hoisted = self._hoisted(s.value, var, self._dest_symbols(s), edge)
+            hoisted = self._hoisted(parts, var, edge)
             const_n = s.extents[-1].const_value()
             full = b.mul(b.sdiv(n, _c64(w)), _c64(w)) if const_n is None \
                 else _c64(const_n // w * w)
@@ -747,34 +781,12 @@ class _Fn(_IR):
                     tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))),
                                          self.splat(rem, w))
                     point(_Lanes(w, var, tail, edge, dict(hoisted)))
-
-    def _inner(self, s: lp.Nest, edge: bool) -> None:
-        def point(lanes: _Lanes) -> None:
-            self.write(s.dest, self.elem(s.value, lanes), s.value.dtype, lanes)
-
-        self._vector_points(s, edge, point)
-
-    def _inner_reduce(self, s: lp.ReduceNest, edge: bool) -> None:
-        b = self.b
-        w = self.cg.config.vector_width
-        dt = s.value.dtype
-        vt = _vec(_reg_type(dt), w)
-        ident = _identity(s.fn, dt)
-        ident_v = ir.Constant(vt, [ident] * w)
-        acc = self.alloca(vt)
-        b.store(ident_v, acc)
-        combine = _COMBINE[(s.fn, dt)]
-
-        def point(lanes: _Lanes) -> None:
-            v = self.elem(s.value, lanes)
-            if lanes.tail is not None:
-                v = b.select(lanes.tail, v, ident_v)
-            b.store(combine(self, b.load(acc), v), acc)
-
-        self._vector_points(s, edge, point)
-        total = _HORIZONTAL[(s.fn, dt)](self, b.load(acc), ident)
-        lanes = _Lanes(1, None, None, edge)
-        self.write(s.dest, self.splat(total, 1), dt, lanes)
+        for i, p in enumerate(parts):
+            if isinstance(p, lp.ReduceNest):
+                acc, _, ident = accs[i]
+                total = _HORIZONTAL[(p.fn, p.value.dtype)](self, b.load(acc), ident)
+                lanes = _Lanes(1, None, None, edge)
+                self.write(p.dest, self.splat(total, 1), p.value.dtype, lanes)
 
     # ------------------------------------------------------------------ mma
 
@@ -817,7 +829,7 @@ class _Fn(_IR):
                                    o.fill, DType.F32, win)
                 copy = lp.Nest((lp.nest_var(0), lp.nest_var(1)), win.shape,
                                lp.BufWrite(o.staging, idx, Const(0)), read)
-                self.nest_body(copy, edge=True)
+                self.nest_body(copy, (copy,), edge=True)
                 p_out = self.buffer_ptr(o.staging, Const(0))
                 ld_out = self.expr(win.shape[1])
                 blk_out = b.block
@@ -870,17 +882,15 @@ def _identity(fn: ReduceFn, dt: DType) -> float | int:
     return 0 if dt is DType.BOOL else -(2**31)
 
 
-def _invariant_roots(e: lp.Elem, var: str, dest: tuple[str, str] | None,
+def _invariant_roots(e: lp.Elem, var: str, dests: set[tuple[str, str]],
                      out: list[lp.Elem]) -> bool:
-    """Collect maximal subtrees independent of ``var`` (not reading the destination);
-    returns whether ``e`` itself is invariant."""
+    """Collect maximal subtrees independent of ``var`` (not reading a destination of
+    the nest); returns whether ``e`` itself is invariant."""
     children = lp.elem_children(e)
-    flags = [_invariant_roots(c, var, dest, out) for c in children]
+    flags = [_invariant_roots(c, var, dests, out) for c in children]
     if isinstance(e, lp.ViewRead | lp.BufRead):
-        reads_dest = dest is not None and (
-            (dest[0] == "view" and isinstance(e, lp.ViewRead) and e.view == dest[1])
-            or (dest[0] == "buf" and isinstance(e, lp.BufRead) and e.buffer == dest[1]))
-        mine = not reads_dest and all(var not in i.symbols() for i in e.index)
+        key = ("view", e.view) if isinstance(e, lp.ViewRead) else ("buf", e.buffer)
+        mine = key not in dests and all(var not in i.symbols() for i in e.index)
         if isinstance(e, lp.BufRead):
             mine = mine and var not in e.version.symbols()
     elif isinstance(e, lp.IndexOf):
@@ -1069,6 +1079,7 @@ _ELEM: dict[type, Callable[[_Fn, lp.Elem, _Lanes], ir.Value]] = {
 _STMT: dict[type, Callable[[_Fn, lp.Stmt], None]] = {
     lp.Nest: _Fn.nest,
     lp.ReduceNest: _Fn.nest,
+    lp.FusedNest: _Fn.nest,
     lp.Mma: _Fn.mma,
     lp.Loop: _Fn.loop_stmt,
     lp.Parallel: _Fn.loop_stmt,

@@ -35,12 +35,10 @@ import numpy as np
 from planner.errors import PlannerError, error
 from planner.ir.core import Kernel
 from planner.ir.dtypes import DType
-from planner.ir.expr import Sym
+from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
-from planner.ir.types import ViewType
 from planner.lower.cpu_codegen import CodegenConfig, ModuleInfo, emit_program
-from planner.lower.llvm_gemm import GemmConfig
 from planner.lower.llvm_jit import CompiledModule, compile_module, host_target
 from planner.lower.loop_program import LoopProgram, build_loop_program
 from planner.solve.plan import MaterializationPlan
@@ -162,7 +160,7 @@ def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: obj
     """
     tgt = _resolve_target(target, plan)
     if config is None:
-        config = CodegenConfig(gemm=GemmConfig.for_target(host_target()))
+        config = CodegenConfig.for_host()
     key = _cache_key(kernel, plan, tgt, config)
     use = cache if cache is not None else default_kernel_cache()
     code = use.get(key)
@@ -191,6 +189,14 @@ class CompiledKernel:
         self.kernel = kernel
         self._code = code
         self.threads = threads
+        prog = code.program
+        owner = {name: seg for seg in prog.segments for name in seg.buffers}
+        # Per buffer: placement, byte size and (for per-instance copies) instance count.
+        self._sizes = [(where, buf.total_elements(), 1 if buf.dtype is DType.BOOL
+                        else buf.dtype.itemsize,
+                        owner[buf.name].instances() if buf.name in owner else Const(1))
+                       for buf, where in zip(prog.buffers, code.info.placement, strict=True)]
+        self._layouts: dict[tuple[int, ...], tuple[int, int, np.ndarray]] = {}
 
     @property
     def loop_program(self) -> LoopProgram:
@@ -304,16 +310,16 @@ class CompiledKernel:
             strides.extend(el)
         return ptrs, np.array(strides or [0], dtype=np.int64), outputs
 
-    def _layout(self, env: Mapping[str, int]) -> tuple[int, int, np.ndarray]:
-        """Worker-arena size, global-arena size and the bufinfo table."""
-        prog, info = self._code.program, self._code.info
-        owner = {name: seg for seg in prog.segments for name in seg.buffers}
-        table = np.zeros(2 * max(1, len(prog.buffers)), dtype=np.int64)
+    def _layout(self, env: Mapping[str, int], key: tuple[int, ...]
+                ) -> tuple[int, int, np.ndarray]:
+        """Worker-arena size, global-arena size and the bufinfo table (memoized)."""
+        got = self._layouts.get(key)
+        if got is not None:
+            return got
+        table = np.zeros(2 * max(1, len(self._sizes)), dtype=np.int64)
         worker = glob = 0
-        for i, (buf, where) in enumerate(zip(prog.buffers, info.placement, strict=True)):
-            size = buf.total_elements().evaluate(env) * (1 if buf.dtype is DType.BOOL
-                                                         else buf.dtype.itemsize)
-            size = -(-max(size, 0) // 64) * 64
+        for i, (where, elems, item, instances) in enumerate(self._sizes):
+            size = -(-max(elems.evaluate(env) * item, 0) // 64) * 64
             if where == "worker":
                 table[2 * i] = worker
                 worker += size
@@ -321,15 +327,17 @@ class CompiledKernel:
                 table[2 * i] = glob
                 glob += size
             elif where == "global":
-                n = owner[buf.name].instances().evaluate(env)
                 table[2 * i], table[2 * i + 1] = glob, size
-                glob += size * max(n, 0)
-        return worker, glob, table
+                glob += size * max(instances.evaluate(env), 0)
+        if len(self._layouts) > 64:
+            self._layouts.clear()
+        got = self._layouts[key] = (worker, glob, table)
+        return got
 
     def _execute(self, env: Mapping[str, int], syms: np.ndarray, views: Any,
                  strides: np.ndarray, threads: int) -> None:
         prog = self._code.program
-        worker_size, global_size, table = self._layout(env)
+        worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
         garena = _aligned(global_size)
         arenas: list[np.ndarray] = []
         base = [syms.ctypes.data, ctypes.addressof(views), strides.ctypes.data]
@@ -364,9 +372,3 @@ def _aligned(nbytes: int) -> np.ndarray:
     raw = np.empty(max(nbytes, 0) + 128, dtype=np.uint8)
     shift = (-raw.ctypes.data) % 64
     return raw[shift:shift + max(nbytes, 64)]
-
-
-def _view_type_check(kernel: Kernel) -> None:  # used by tests of malformed kernels
-    for p in kernel.params:
-        if not isinstance(p.type, ViewType):
-            raise error(f"kernel parameter {p.name_hint} is not a view", kind=_INPUT)

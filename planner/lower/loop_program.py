@@ -54,6 +54,7 @@ The model
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -72,20 +73,30 @@ from planner.ir.core import (
     Value,
 )
 from planner.ir.dtypes import DType
-from planner.ir.expr import Const, Expr, Sym, add, as_expr, ceil_div, mod, mul, product
+from planner.ir.expr import Const, Expr, Sym, add, ceil_div, mod, mul, product
 from planner.ir.graph import dataflow_graph, live_edges
 from planner.ir.layout import Layout, XorSwizzle, dense
-from planner.ir.printer import PrintOptions, Printer, ValueNamer, format_float
+from planner.ir.printer import Printer, PrintOptions, ValueNamer, format_float
 from planner.ir.types import MemoryType, StateType, TileType, ViewType
-from planner.solve.plan import Decision, EdgePlan, LayoutChoice, MaterializationPlan
+from planner.solve.plan import (
+    Decision,
+    EdgePlan,
+    LayoutChoice,
+    MaterializationPlan,
+    MemoryPlan,
+    Status,
+)
 
 __all__ = [
+    "DEFAULT_RESOURCES",
     "Barrier",
+    "Binary",
     "BufRead",
     "BufWrite",
     "Buffer",
     "Cast",
     "Elem",
+    "FusedNest",
     "IndexOf",
     "Lit",
     "Loop",
@@ -103,16 +114,16 @@ __all__ = [
     "Stage",
     "Stmt",
     "Unary",
-    "Binary",
     "ViewParam",
     "ViewRead",
     "ViewWrite",
     "Window",
-    "DEFAULT_RESOURCES",
     "build_loop_program",
+    "dest_key",
+    "elem_reads",
     "format_elem",
     "format_program",
-    "elem_reads",
+    "fuse_siblings",
     "nest_var",
     "plan_edge_map",
     "walk_stmts",
@@ -253,7 +264,10 @@ def format_elem(e: Elem) -> str:
     """Infix text of an element expression (fully parenthesized inner operations)."""
     if isinstance(e, Lit):
         v = e.value
-        return format_float(float(v)) if e.dtype.is_float else str(v).lower()
+        if e.dtype.is_float:
+            f = float(v)
+            return str(f) if math.isinf(f) or math.isnan(f) else format_float(f)
+        return str(v).lower()
     if isinstance(e, IndexOf):
         return f"({e.expr})"
     if isinstance(e, ViewRead):
@@ -406,6 +420,25 @@ class ReduceNest(Stmt):
     @property
     def windows(self) -> tuple[Window, ...]:
         return _windows(None, self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedNest(Stmt):
+    """Sibling nests over the same iteration space run as one loop, part by part at each
+    point (a value read at the point it was just written is forwarded, not reloaded);
+    reductions among the parts are written after their row."""
+
+    vars: tuple[str, ...]
+    extents: tuple[Expr, ...]
+    parts: tuple[Nest | ReduceNest, ...]
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        out: dict[Window, None] = {}
+        for p in self.parts:
+            for w in p.windows:
+                out.setdefault(w, None)
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,6 +635,13 @@ def _fmt_reduce(s: ReduceNest, pad: str, depth: int) -> list[str]:
     return [head, f"{pad}  {s.dest} = {s.fn.value} over {s.vars[-1]} of {format_elem(s.value)}"]
 
 
+def _fmt_fused(s: FusedNest, pad: str, depth: int) -> list[str]:
+    head = f"{pad}nest {_loop_head(s.vars, s.extents)}  (fused)"
+    if s.windows:
+        head += "  edge-masked " + ", ".join(map(str, s.windows))
+    return [head, *(line for p in s.parts for line in _FORMAT[type(p)](p, pad, depth)[1:])]
+
+
 def _fmt_mma(s: Mma, pad: str, depth: int) -> list[str]:
     op = "+=" if s.accumulate else "="
     return [f"{pad}mma [{s.m} x {s.k}] @ [{s.k} x {s.n}]: {s.c} {op} {s.a} @ {s.b}"]
@@ -609,8 +649,8 @@ def _fmt_mma(s: Mma, pad: str, depth: int) -> list[str]:
 
 def _fmt_loop(s: Loop, pad: str, depth: int) -> list[str]:
     note = f"  -- {s.note}" if s.note else ""
-    return ([f"{pad}loop {s.kind} {s.label}: {_loop_head(s.vars, s.extents)}{note}"]
-            + _format_body(s.body, depth + 1))
+    return [f"{pad}loop {s.kind} {s.label}: {_loop_head(s.vars, s.extents)}{note}",
+            *_format_body(s.body, depth + 1)]
 
 
 def _fmt_pipeline(s: Pipeline, pad: str, depth: int) -> list[str]:
@@ -623,8 +663,8 @@ def _fmt_pipeline(s: Pipeline, pad: str, depth: int) -> list[str]:
 
 
 def _fmt_parallel(s: Parallel, pad: str, depth: int) -> list[str]:
-    return ([f"{pad}parallel {s.label}: {_loop_head(s.vars, s.extents)}  (in this instance)"]
-            + _format_body(s.body, depth + 1))
+    return [f"{pad}parallel {s.label}: {_loop_head(s.vars, s.extents)}  (in this instance)",
+            *_format_body(s.body, depth + 1)]
 
 
 def _fmt_barrier(s: Barrier, pad: str, depth: int) -> list[str]:
@@ -637,7 +677,7 @@ def _fmt_note(s: Note, pad: str, depth: int) -> list[str]:
 
 
 _FORMAT: dict[type, Callable[..., list[str]]] = {
-    Nest: _fmt_nest, ReduceNest: _fmt_reduce, Mma: _fmt_mma, Loop: _fmt_loop,
+    Nest: _fmt_nest, ReduceNest: _fmt_reduce, FusedNest: _fmt_fused, Mma: _fmt_mma, Loop: _fmt_loop,
     Pipeline: _fmt_pipeline, Parallel: _fmt_parallel, Barrier: _fmt_barrier, Note: _fmt_note,
 }
 
@@ -671,7 +711,10 @@ def _substitute(obj: object, env: Mapping[str, Expr]) -> object:
 
 
 def _stmt_reads(s: Stmt) -> Iterator[BufRead]:
-    if isinstance(s, Nest | ReduceNest):
+    if isinstance(s, FusedNest):
+        for p in s.parts:
+            yield from _stmt_reads(p)
+    elif isinstance(s, Nest | ReduceNest):
         for r in elem_reads(s.value):
             if isinstance(r, BufRead):
                 yield r
@@ -684,7 +727,10 @@ def _stmt_reads(s: Stmt) -> Iterator[BufRead]:
 
 
 def _stmt_writes(s: Stmt) -> Iterator[tuple[str, Expr]]:
-    if isinstance(s, Nest | ReduceNest) and isinstance(s.dest, BufWrite):
+    if isinstance(s, FusedNest):
+        for p in s.parts:
+            yield from _stmt_writes(p)
+    elif isinstance(s, Nest | ReduceNest) and isinstance(s.dest, BufWrite):
         yield s.dest.buffer, s.dest.version
     elif isinstance(s, Mma):
         yield s.c.buffer, s.c.version
@@ -734,6 +780,10 @@ def plan_edge_map(kernel: Kernel, plan: MaterializationPlan | None,
     """
     if plan is None:
         return {}
+    if plan.status is Status.INFEASIBLE:
+        why = "; ".join(plan.explanation) or "no explanation given"
+        raise error(f"cannot lower an infeasible plan for {plan.kernel!r}: {why}",
+                    kernel.loc, kind=_KIND)
     if namer is None:
         namer = ValueNamer()
         Printer(PrintOptions(locations=False), namer).print_kernel(kernel)
@@ -997,7 +1047,7 @@ class _Builder:
             layout, note = dense(t.shape, planned=True), "mma accumulators are row-major"
         versions = 1
         if v in self.value_versioned:
-            loop, versions = self.value_versioned[v]
+            versions = self.value_versioned[v][1]
             if mat is not None:
                 versions = max(versions, mat.versions)
         name = self.new_buffer(self.name(v), t.dtype, layout, resource, kind, ids, note,
@@ -1129,6 +1179,7 @@ class _Builder:
             vt = p.type
             assert isinstance(vt, ViewType)
             params.append(ViewParam(self.name(p), vt.dtype, vt.shape, vt.readonly))
+        segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body)) for seg in segments]
         symbols = self._symbols(segments, params)
         target = self._target_name()
         return LoopProgram(self.kernel.name, target, tuple(params), tuple(symbols),
@@ -1180,8 +1231,9 @@ class _Builder:
         t = v.type
         assert isinstance(t, TileType)
         idx = _vars(t.rank)
-        ctx.out.append(Nest(tuple(map(str, idx)), t.shape,
-                            BufWrite(ref.name, idx, ref.version), self.inline(v, idx)))
+        ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), t.shape,
+                                             BufWrite(ref.name, idx, ref.version),
+                                             self.inline(v, idx))))
 
     def _emit_reduce(self, op: core.ReduceOp, ctx: _Ctx) -> None:
         ref = self.value_buffer(op.result)
@@ -1262,12 +1314,21 @@ class _Builder:
                             self.read(op.tile, idx, op, 1)))
 
     def _emit_alloc(self, op: core.AllocOp, ctx: _Ctx) -> None:
-        owner_scope = self._owner_scope(op)
-        resource = self._memory_resource(op, owner_scope)
+        planned = self._memory_plan(op)
+        if planned is not None and planned.resource:
+            resource = (planned.resource, self.resource_class(planned.resource))
+        else:
+            resource = self._memory_resource(op, self._owner_scope(op))
         name = self.new_buffer(self.name(op.memory), op.dtype, op.layout, resource, "memory",
-                               note=f"explicit Memory, {op.resource.value} owned by "
-                                    f"{op.owner}")
+                               note=f"explicit Memory ({op.resource.value}) owned by "
+                                    f"{op.owner}, declared layout")
         self.mem_buf[op.memory] = name
+
+    def _memory_plan(self, op: core.AllocOp) -> MemoryPlan | None:
+        if self.plan is None:
+            return None
+        want = "%" + self.name(op.memory)
+        return next((m for m in self.plan.memories if m.name == want), None)
 
     def _owner_scope(self, op: core.AllocOp) -> str:
         t = self.target
@@ -1301,9 +1362,25 @@ class _Builder:
         assert isinstance(tt, TileType)
         name = self.mem_buf[op.memory]
         idx = _vars(tt.rank)
-        ctx.out.append(Nest(tuple(map(str, idx)), tt.shape,
-                            BufWrite(name, idx, self.memory_version(name)),
-                            self.read(op.tile, idx, op, 2)))
+        ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), tt.shape,
+                                             BufWrite(name, idx, self.memory_version(name)),
+                                             self.read(op.tile, idx, op, 2))))
+
+    def _dest_order(self, nest: Nest) -> Nest:
+        """Put the destination's unit-stride dimension innermost (a transposed layout is
+        then written contiguously and read with gathers, which are cheaper than
+        scatters)."""
+        assert isinstance(nest.dest, BufWrite)
+        lay = self.buffers[nest.dest.buffer].layout
+        rank = len(nest.vars)
+        if lay.swizzles or rank < 2 or lay.strides[-1] == Const(1):
+            return nest
+        unit = [d for d, st in enumerate(lay.strides) if st == Const(1)]
+        if not unit:
+            return nest
+        order = [d for d in range(rank) if d != unit[0]] + [unit[0]]
+        return dataclasses.replace(nest, vars=tuple(nest.vars[d] for d in order),
+                                   extents=tuple(nest.extents[d] for d in order))
 
     def _emit_parallel(self, op: ParallelOp, ctx: _Ctx) -> None:
         inner = _Ctx([])
@@ -1586,10 +1663,14 @@ class _Builder:
                             span = max(span, info.lags[s] - lag_w)
                 if span > 0:
                     name = self.mem_buf[x.memory]
-                    self.mem_versioned.setdefault(name, {})[op] = span + 1
+                    alloc = self.producer(x.memory)
+                    planned = self._memory_plan(alloc) if isinstance(alloc, core.AllocOp) \
+                        else None
+                    versions = max(span + 1, planned.versions if planned is not None else 1)
+                    self.mem_versioned.setdefault(name, {})[op] = versions
                     buf = self.buffers[name]
                     self.buffers[name] = dataclasses.replace(
-                        buf, versions=max(buf.versions, span + 1))
+                        buf, versions=max(buf.versions, versions))
 
     def _stage_of_use(self, v: Value, c: Op, loop: LoopOp, info: _PipeInfo) -> int | None:
         """The stage evaluating consumer ``c`` of ``v`` (None outside the loop)."""
@@ -1661,7 +1742,7 @@ class _Builder:
 
 
 def _stmt_vars(s: Stmt) -> tuple[str, ...]:
-    if isinstance(s, Nest | ReduceNest | Loop | Pipeline | Parallel):
+    if isinstance(s, Nest | ReduceNest | FusedNest | Loop | Pipeline | Parallel):
         return s.vars
     return ()
 
@@ -1704,22 +1785,100 @@ def _self_copy(s: Stmt) -> bool:
 
 
 def _in_place_ok(body: tuple[Stmt, ...], c: _Carry) -> bool:
-    """Whether the carry's old value is dead at its first overwrite (see the docstring)."""
-    flat = list(walk_stmts(body))
-    first = next((i for i, s in enumerate(flat)
-                  if any(b == c.buffer and ver == c.nxt for b, ver in _stmt_writes(s))), None)
+    """Whether the carry's old value is dead at its first overwrite: the first statement
+    writing the next version is a nest or mma of the body itself, reads the old version
+    at most elementwise (same index as it writes), and nothing after it reads it."""
+    first = next((i for i, s in enumerate(body)
+                  if any(b == c.buffer and ver == c.nxt
+                         for x in walk_stmts((s,)) for b, ver in _stmt_writes(x))), None)
     if first is None:
         return True
-    w = flat[first]
-    for r in _stmt_reads(w):
-        if r.buffer == c.buffer and r.version == c.cur:
-            if not isinstance(w, Nest) or r.index != tuple(Sym(v) for v in w.vars):
-                return False
-    for s in flat[first + 1:]:
-        for r in _stmt_reads(s):
-            if r.buffer == c.buffer and r.version == c.cur:
-                return False
-    return True
+    w = body[first]
+    if not isinstance(w, Nest | ReduceNest | Mma):
+        return False
+    identity = tuple(Sym(v) for v in w.vars) if isinstance(w, Nest) else None
+    if any(r.buffer == c.buffer and r.version == c.cur and r.index != identity
+           for r in _stmt_reads(w)):
+        return False
+    return not any(r.buffer == c.buffer and r.version == c.cur
+                   for r in (x for s in walk_stmts(body[first + 1:]) for x in _stmt_reads(s)))
+
+
+def fuse_siblings(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """Merge consecutive nests over the same iteration space (see :class:`FusedNest`).
+
+    A nest joins the previous one when it reads what the previous parts wrote only at
+    the point being computed (forwarded) and never a reduction they produce, and when
+    neither side writes what the other reads."""
+    out: list[Stmt] = []
+    for s in body:
+        s = _fuse_inside(s)
+        target = None
+        if isinstance(s, Nest | ReduceNest):
+            # Look back over nests independent of ``s`` (it may move before them).
+            for j in range(len(out) - 1, -1, -1):
+                if _fusable(out[j], s):
+                    target = j
+                    break
+                if not _independent(out[j], s):
+                    break
+        if target is None:
+            out.append(s)
+            continue
+        prev = out[target]
+        parts = prev.parts if isinstance(prev, FusedNest) else (prev,)
+        out[target] = FusedNest(s.vars, s.extents, (*parts, s))  # type: ignore[union-attr]
+    return tuple(out)
+
+
+def _independent(t: Stmt, s: Nest | ReduceNest) -> bool:
+    """Whether ``s`` may be moved before the nest ``t`` (no dependence either way)."""
+    if not isinstance(t, Nest | ReduceNest | FusedNest):
+        return False
+    parts = t.parts if isinstance(t, FusedNest) else (t,)
+    t_writes = {dest_key(p) for p in parts}
+    t_reads = set().union(*(_read_keys(p) for p in parts))
+    mine = dest_key(s)
+    return not (t_writes & _read_keys(s)) and mine not in t_writes and mine not in t_reads
+
+
+def _fuse_inside(s: Stmt) -> Stmt:
+    if isinstance(s, Loop | Parallel):
+        return dataclasses.replace(s, body=fuse_siblings(s.body))
+    if isinstance(s, Pipeline):
+        return dataclasses.replace(s, stages=tuple(
+            dataclasses.replace(st, body=fuse_siblings(st.body)) for st in s.stages))
+    return s
+
+
+def dest_key(p: Nest | ReduceNest) -> tuple[str, str]:
+    d = p.dest
+    return ("buf", d.buffer) if isinstance(d, BufWrite) else ("view", d.view)
+
+
+def _read_keys(p: Nest | ReduceNest) -> set[tuple[str, str]]:
+    return {("buf", r.buffer) if isinstance(r, BufRead) else ("view", r.view)
+            for r in elem_reads(p.value)}
+
+
+def _fusable(prev: Stmt, s: Nest | ReduceNest) -> bool:
+    if not isinstance(prev, Nest | ReduceNest | FusedNest) or not s.vars:
+        return False
+    if prev.vars != s.vars or prev.extents != s.extents:
+        return False
+    parts = prev.parts if isinstance(prev, FusedNest) else (prev,)
+    identity = tuple(Sym(v) for v in s.vars)
+    written = {dest_key(p): p for p in parts}
+    for r in elem_reads(s.value):
+        key = ("buf", r.buffer) if isinstance(r, BufRead) else ("view", r.view)
+        w = written.get(key)
+        if w is None:
+            continue
+        if not (isinstance(w, Nest) and isinstance(r, BufRead) and isinstance(w.dest, BufWrite)
+                and r.index == identity == w.dest.index and r.version == w.dest.version):
+            return False
+    mine = dest_key(s)
+    return mine not in written and all(mine not in _read_keys(p) for p in parts)
 
 
 _INLINE: dict[type, Callable[[_Builder, Op, tuple[Expr, ...]], Elem]] = {

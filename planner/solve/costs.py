@@ -581,6 +581,7 @@ class _Ctx:
     node_name: dict[str, str] = field(default_factory=dict)
     node_by_name: dict[str, str] = field(default_factory=dict)
     static_infeasible: list[str] = field(default_factory=list)
+    chains: dict[str, float | None] = field(default_factory=dict)
 
 
 def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
@@ -590,6 +591,7 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     Every size must be concrete: unbound symbols raise :class:`PlannerError` naming them.
     """
     env = {k: int(v) for k, v in (bindings or {}).items()}
+    policy = Policy(policy)
     _check_bound(kernel, env)
     g = dataflow_graph(kernel, env)
     printer = Printer(PrintOptions(locations=False))
@@ -799,18 +801,33 @@ def _node_terms(ctx: _Ctx, node: str, executions: int) -> Terms:
                     TRAFFIC: ctx.fig.ns(traffic, executions)})
 
 
-def _chain_cycles(ctx: _Ctx, node: str, memo: dict[str, float]) -> float:
-    """Cycles to re-derive ``node`` from global memory (recomputable ancestors included)."""
-    if node in memo:
-        return memo[node]
-    d = ctx.g.nodes[node]
-    scope = ctx.owner_scope[owner_of(ctx, d["region"])]
-    compute, traffic = _op_cycles(ctx, d, scope)
-    cycles = compute + traffic
-    for u in {u for u, _ in ctx.g.in_edges(node)}:
-        if is_recomputable_kind(ctx.g.nodes[u]["kind"]):
-            cycles += _chain_cycles(ctx, u, memo)
-    memo[node] = cycles
+MAX_RECOMPUTE_CHAIN = 16
+
+
+def _chain_cycles(ctx: _Ctx, node: str) -> float | None:
+    """Cycles to re-derive ``node``: it and its recomputable ancestors, each once.
+
+    The chain stops at values that cannot be recomputed (reductions, mma results,
+    loop carries, Memory snapshots: assumed available).  A chain longer than
+    :data:`MAX_RECOMPUTE_CHAIN` ops is not recomputed (None).
+    """
+    if node in ctx.chains:
+        return ctx.chains[node]
+    seen = {node}
+    stack = [node]
+    while stack and len(seen) <= MAX_RECOMPUTE_CHAIN:
+        for u, _ in ctx.g.in_edges(stack.pop()):
+            if u not in seen and is_recomputable_kind(ctx.g.nodes[u]["kind"]):
+                seen.add(u)
+                stack.append(u)
+    cycles: float | None = None
+    if len(seen) <= MAX_RECOMPUTE_CHAIN:
+        cycles = 0.0
+        for n in seen:
+            d = ctx.g.nodes[n]
+            compute, traffic = _op_cycles(ctx, d, ctx.owner_scope[owner_of(ctx, d["region"])])
+            cycles += compute + traffic
+    ctx.chains[node] = cycles
     return cycles
 
 
@@ -924,8 +941,11 @@ def _edge(ctx: _Ctx, index: int, key: tuple[str, str, int], value: int) -> Edge:
     cexec = _executions(ctx, cd)
     fused = _node_terms(ctx, u, cexec) if not fuse_why else ()
     recompute: Terms = ()
-    if not rec_why:
-        cycles = _chain_cycles(ctx, u, {})
+    cycles = _chain_cycles(ctx, u) if not rec_why else None
+    if not rec_why and cycles is None:
+        rec_why = f"its producer chain is longer than {MAX_RECOMPUTE_CHAIN} ops"
+        illegal.append((RECOMPUTED, rec_why))
+    if cycles is not None:
         if data["stage_distance"]:
             scope = ctx.owner_scope[owner_of(ctx, pd["region"])]
             cycles += _latency_cycles(ctx, pd, scope)

@@ -354,65 +354,58 @@ class SolveResult:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report: Progress, offset: int) -> None:
+    def __init__(self, report: Progress, offset: int, weight: int) -> None:
         super().__init__()
         self._report = report
         self._offset = offset
+        self._weight = weight
 
     def on_solution_callback(self) -> None:
-        self._report(round(self.ObjectiveValue()) + self._offset,
-                     round(self.BestObjectiveBound()) + self._offset, self.WallTime())
+        self._report(round(self.ObjectiveValue()) // self._weight + self._offset,
+                     round(self.BestObjectiveBound()) // self._weight + self._offset,
+                     self.WallTime())
 
 
 def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+    """Fixed seed; the LP-heavy search first (capacity sums need it to prove optima)."""
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    solver.parameters.log_search_progress = False
+    params = solver.parameters
+    params.max_time_in_seconds = max(0.01, time_limit_s)
+    params.num_workers = max(1, workers)
+    params.random_seed = seed
+    params.log_search_progress = False
+    if workers <= 1:
+        params.linearization_level = 2
+    elif workers == 2:
+        params.subsolvers.extend(["max_lp", "default_lp"])
     return solver
 
 
 def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
-          progress: Progress | None = None, canonicalize: bool = True) -> SolveResult:
-    """Minimize estimated time; then, if optimal, break ties deterministically.
+          progress: Progress | None = None) -> SolveResult:
+    """Minimize estimated time, ties broken by a fixed preference in the same objective.
 
-    The tie-break phase fixes the optimum and minimizes a preference order (fused
-    before virtual before recomputed before materialized, catalog order of placements,
-    more versions) with one worker, so equal-cost plans come out the same every run.
+    The objective is ``W × cost + preference`` with ``W`` larger than any preference
+    sum, so the cost is minimized first and, among equal-cost plans, the preference
+    (fused before virtual before recomputed before materialized, catalog order of
+    placements, more versions) decides: equal inputs give the same plan every run.
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
-    objective = sum(c * lit for lit, c in bm.cost if c)
-    bm.model.Minimize(objective)
+    weight = sum(c for _, c in bm.tiebreak) + 1
+    bm.model.Minimize(sum(c * weight * lit for lit, c in bm.cost if c)
+                      + sum(c * lit for lit, c in bm.tiebreak if c))
     solver = _solver(time_limit_s, workers)
-    callback = _Progress(progress, offset) if progress is not None else None
+    callback = _Progress(progress, offset, weight) if progress is not None else None
     status = solver.Solve(bm.model, callback)
+    seconds = time.perf_counter() - start
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-        return SolveResult(name, None, 0, 0, time.perf_counter() - start)
-    best = round(solver.ObjectiveValue())
-    bound = round(solver.BestObjectiveBound())
-    assignment = decode(bm, solver)
-    optimal = status == cp_model.OPTIMAL
-    left = time_limit_s - (time.perf_counter() - start)
-    if optimal and canonicalize and left > 0.05:
-        assignment = _tiebreak(bm, objective, best, left) or assignment
-    return SolveResult("optimal" if optimal else "feasible", assignment, best + offset,
-                       bound + offset, time.perf_counter() - start)
-
-
-def _tiebreak(bm: BuiltModel, objective: cp_model.LinearExpr, best: int, left: float
-              ) -> Assignment | None:
-    bm.model.Add(objective == best)
-    bm.model.Minimize(sum(c * lit for lit, c in bm.tiebreak if c))
-    bm.model.ClearHints()
-    solver = _solver(left, 1)
-    solver.parameters.max_deterministic_time = max(1.0, 5.0 * len(bm.problem.edges) / 100)
-    status = solver.Solve(bm.model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return decode(bm, solver)
-    return None
+        return SolveResult(name, None, 0, 0, seconds)
+    best = round(solver.ObjectiveValue()) // weight
+    bound = round(solver.BestObjectiveBound()) // weight
+    status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
+    return SolveResult(status_name, decode(bm, solver), best + offset, bound + offset, seconds)
 
 
 def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:

@@ -73,6 +73,8 @@ class EdgePlan:
     stage_distance: int = 0
     cost: dict[str, int] = field(default_factory=dict)  # term -> units
     reason: str = ""  # one line: why this choice (binding constraint or cheapest)
+    producer_kind: str = ""  # e.g. "tile.unary.exp"
+    consumer_kind: str = ""  # e.g. "tile.reduce.sum", "tile.store"
 
     @property
     def total_cost(self) -> int:

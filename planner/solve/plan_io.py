@@ -43,7 +43,8 @@ def _edge_to_json(e: EdgePlan) -> dict[str, Any]:
             "resource": e.resource, "layout": _layout_to_json(e.layout),
             "versions": e.versions, "sync": e.sync, "lifetime": list(e.lifetime),
             "stage_distance": e.stage_distance, "cost": dict(sorted(e.cost.items())),
-            "reason": e.reason}
+            "reason": e.reason, "producer_kind": e.producer_kind,
+            "consumer_kind": e.consumer_kind}
 
 
 def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
@@ -108,7 +109,8 @@ def _edge_from_json(obj: Mapping[str, Any], i: int) -> EdgePlan:
         tuple(obj.get("lifetime", (0, 0))),  # type: ignore[arg-type]
         int(obj.get("stage_distance", 0)),
         {str(k): int(v) for k, v in _get(obj, "cost", dict, w).items()},
-        str(obj.get("reason", "")))
+        str(obj.get("reason", "")), str(obj.get("producer_kind", "")),
+        str(obj.get("consumer_kind", "")))
 
 
 def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
@@ -169,7 +171,8 @@ def plan_json_schema() -> dict[str, Any]:
                 "resource": nullable_str, "layout": layout,
                 "versions": {"type": "integer", "minimum": 1}, "sync": nullable_str,
                 "lifetime": pair, "stage_distance": {"type": "integer", "minimum": 0},
-                "cost": costs, "reason": {"type": "string"}}}
+                "cost": costs, "reason": {"type": "string"},
+                "producer_kind": {"type": "string"}, "consumer_kind": {"type": "string"}}}
     peak = {"type": "object", "required": ["resource", "capacity", "peak_bytes", "at_point",
                                            "holders"],
             "properties": {
@@ -253,6 +256,19 @@ def fmt_ns(n: int) -> str:
     return f"{n:,} ns"
 
 
+def short_kind(kind: str) -> str:
+    """``tile.unary.exp`` → ``exp``; ``tile.store`` → ``store``; ``memory.load`` kept."""
+    if kind.startswith("memory."):
+        return kind
+    return kind.rsplit(".", 1)[-1] if kind.count(".") >= 2 else kind.removeprefix("tile.")
+
+
+def edge_kinds(e: EdgePlan) -> str:
+    if not e.producer_kind:
+        return ""
+    return f"{short_kind(e.producer_kind)} → {short_kind(e.consumer_kind)}"
+
+
 def decision_text(e: EdgePlan) -> str:
     if e.decision is Decision.MATERIALIZED:
         return f"materialize {e.resource}" + (f", {e.layout}" if e.layout and
@@ -283,9 +299,10 @@ def format_plan_table(plan: MaterializationPlan) -> str:
     parts = ", ".join(f"{k} {v:,}" for k, v in sorted(plan.breakdown.items()) if v)
     lines.append(f"estimated time {fmt_ns(plan.objective)} ({parts})")
     lines.append("")
-    rows = [(e.edge_id, decision_text(e), str(e.versions), f"{sum(e.cost.values()):,}",
-             e.reason) for e in plan.edges]
-    lines.append(table(("edge", "decision", "ver", "cost ns", "reason"), rows, right=(2, 3)))
+    rows = [(e.edge_id, edge_kinds(e), fmt_size(e.bytes), decision_text(e), str(e.versions),
+             f"{sum(e.cost.values()):,}", e.reason) for e in plan.edges]
+    lines.append(table(("edge", "ops", "bytes", "decision", "ver", "cost ns", "reason"), rows,
+                       right=(2, 4, 5)))
     lines.append("")
     prow = [(p.resource, fmt_size(p.peak_bytes), fmt_size(p.capacity), str(p.at_point),
              " + ".join(f"{w} {b:,} B" for w, b in p.holders)) for p in plan.peaks]
@@ -298,8 +315,16 @@ def format_plan_table(plan: MaterializationPlan) -> str:
         lines.append(table(("memory", "resource", "bytes", "versions"), mrow, right=(2, 3)))
     if plan.proofs:
         lines.append("")
-        lines.append("proofs: " + ", ".join(f"{p.name} {p.status}" for p in plan.proofs))
+        lines.append("proofs: " + proof_summary(plan))
     return "\n".join(lines)
+
+
+def proof_summary(plan: MaterializationPlan) -> str:
+    """``can_access 7 proved, capacity 1 refuted, ...`` in first-seen order."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in plan.proofs:
+        counts[(p.name, p.status)] = counts.get((p.name, p.status), 0) + 1
+    return ", ".join(f"{name} {n} {status}" for (name, status), n in counts.items())
 
 
 _COLOURS = {Decision.VIRTUAL: "forestgreen", Decision.FUSED: "royalblue",

@@ -190,7 +190,8 @@ class _Header:
         return EdgePlan(e.edge_id, e.producer, e.consumer, v.name, e.bytes, c, resource,
                         layout, versions, sync, e.span, e.stage_distance,
                         dict(ev.edge_terms[i]),
-                        edge_reason(p, a, ev, e, restrictions, self.baseline))
+                        edge_reason(p, a, ev, e, restrictions, self.baseline),
+                        v.kind, e.consumer_kind)
 
     def _memories(self, a: Assignment) -> tuple[MemoryPlan, ...]:
         return tuple(MemoryPlan(m.name, m.resource, m.bytes, a.memory_versions[m.index],

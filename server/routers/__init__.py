@@ -20,7 +20,15 @@ _DESCRIPTIONS = {
 }
 
 
-def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for ``codes`` plus 413 and 500, all with the error body."""
-    return {code: {"model": ErrorResponse, "description": _DESCRIPTIONS[code]}
+def error_responses(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for ``codes`` plus 413 and 500, all with the JSON error body.
+
+    ``explicit`` spells the media type out, for routes whose own responses are not JSON.
+    """
+    if explicit:
+        body = {"content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    else:
+        body = {"model": ErrorResponse}
+    return {code: {**body, "description": _DESCRIPTIONS[code]}
             for code in sorted({*codes, 413, 500})}

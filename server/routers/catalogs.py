@@ -116,6 +116,16 @@ async def list_catalogs(service: ServiceDep) -> CatalogList:
                        writes_enabled=service.settings.writes_enabled)
 
 
+# Declared before the /{name} routes: a request for /validate with another method then
+# reports this route (Allow: POST), not GET/PUT/DELETE of a catalog named "validate".
+@router.post("/validate", openapi_extra=_CATALOG_BODY, responses=error_responses(422))
+async def validate_catalog(request: Request) -> CatalogValidation:
+    """Check a catalog without saving it: 200 if valid, else 422 with every located mistake."""
+    data = await _catalog_body(request)
+    target = await asyncio.to_thread(load_catalog_bytes, data, REQUEST_FILE)
+    return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
+
+
 @router.get("/{name}", response_model=CatalogDetail, responses={
     200: {"description": "The catalog: JSON by default, the YAML file for Accept: "
           "application/yaml", "headers": _ETAG_HEADER,
@@ -134,7 +144,8 @@ async def get_catalog(name: CatalogName, request: Request, service: ServiceDep) 
 
 
 @router.put("/{name}", status_code=200, openapi_extra=_CATALOG_BODY, responses={
-    200: {"description": "Replaced (or created) the catalog", "headers": _ETAG_HEADER},
+    200: {"model": CatalogWritten, "description": "Replaced (or created) the catalog",
+          "headers": _ETAG_HEADER},
     **error_responses(401, 403, 412, 422, 428)})
 async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
                       _writer: WriterDep, if_match: IfMatch = None,
@@ -156,21 +167,13 @@ async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
                     headers={"ETag": f'"{result.etag}"'})
 
 
-@router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 428))
+@router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 422, 428))
 async def delete_catalog(name: CatalogName, service: ServiceDep, _writer: WriterDep,
                          if_match: IfMatch = None) -> CatalogDeleted:
     """Delete a user catalog file (never a built-in one)."""
     restored = await asyncio.to_thread(service.catalogs.delete, name, if_match)
     return CatalogDeleted(name=name, builtin_restored=restored,
                           dropped_plans=service.cache.drop_target(name))
-
-
-@router.post("/validate", openapi_extra=_CATALOG_BODY, responses=error_responses(422))
-async def validate_catalog(request: Request) -> CatalogValidation:
-    """Check a catalog without saving it: 200 if valid, else 422 with every located mistake."""
-    data = await _catalog_body(request)
-    target = await asyncio.to_thread(load_catalog_bytes, data, REQUEST_FILE)
-    return CatalogValidation(valid=True, name=target.name, etag=etag_of(data))
 
 
 async def _catalog_body(request: Request) -> bytes:

@@ -13,7 +13,10 @@ from server.service import ServiceDep
 
 router = APIRouter(tags=["health"])
 
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class PrometheusResponse(PlainTextResponse):
+    media_type = "text/plain; version=0.0.4"
 
 
 def package_version() -> str:
@@ -30,12 +33,11 @@ async def healthz(service: ServiceDep) -> Health:
                   plans_cached=len(service.cache), solves_in_flight=service.in_flight)
 
 
-@router.get("/metrics", response_class=PlainTextResponse, responses={
+@router.get("/metrics", response_class=PrometheusResponse, responses={
     200: {"description": "Prometheus text exposition format 0.0.4",
-          "content": {PROMETHEUS_TEXT: {"schema": {"type": "string"}}}},
-    **error_responses()})
-async def metrics(service: ServiceDep) -> PlainTextResponse:
+          "content": {PrometheusResponse.media_type: {"schema": {"type": "string"}}}},
+    **error_responses(explicit=True)})
+async def metrics(service: ServiceDep) -> PrometheusResponse:
     """Request counts by route and status, plan latency, plan-cache hits and misses."""
     cache = service.cache
-    text = service.metrics.render(cache.hits, cache.misses, len(cache))
-    return PlainTextResponse(text, media_type=PROMETHEUS_TEXT)
+    return PrometheusResponse(service.metrics.render(cache.hits, cache.misses, len(cache)))

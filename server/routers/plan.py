@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
+from planner.solve import plan_json_schema
 from server.models import (
     CheckRequest,
     CheckResponse,
@@ -30,8 +31,14 @@ from server.service import (
 
 router = APIRouter(prefix="/v1", tags=["planning"])
 
+
+def _embedded(schema: dict[str, Any]) -> dict[str, Any]:
+    """A standalone JSON Schema as an OpenAPI 3.1 schema object."""
+    return {k: v for k, v in schema.items() if k not in ("$schema", "$id")}
+
+
 _PLAN_OK = {"description": "The MaterializationPlan (schema: GET /v1/schemas/plan)",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "content": {"application/json": {"schema": _embedded(plan_json_schema())}},
             "headers": {"X-Plan-Cache": {"description": "hit or miss",
                                          "schema": {"type": "string"}}}}
 

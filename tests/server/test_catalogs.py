@@ -172,11 +172,26 @@ def test_concurrent_puts_one_winner_per_etag(live: Any, auth: Headers, catalog_t
             if r.status_code == 200:
                 etags.append(r.headers["etag"])
 
+        done = threading.Event()
+        reads: list[str] = []
+
+        def read_while_writing(reads: list[str] = reads, done: threading.Event = done) -> None:
+            while not done.is_set():  # a reader never sees a half-written file
+                try:
+                    reads.append(load_target_file(path).description)
+                except Exception as exc:
+                    reads.append(f"INVALID: {exc}")
+
         threads = [threading.Thread(target=put, args=(i,)) for i in range(writers)]
+        reader = threading.Thread(target=read_while_writing)
+        reader.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        done.set()
+        reader.join()
+        assert reads and not [r for r in reads if r.startswith("INVALID")]
         assert sorted(statuses) == [200] + [412] * (writers - 1), statuses
         target = load_target_file(path)  # always one whole, valid catalog
         assert f"round {round_} writer" in target.description

@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
-from planner.ir.examples import load_example
+from planner.ir.examples import builtin_examples_dir, load_example
 from planner.ir.json_form import kernel_to_json
 from planner.ir.printer import print_kernel
 
-SOFTMAX = load_example(load_example.__globals__["builtin_examples_dir"]() / "softmax.py")
+SOFTMAX = load_example(builtin_examples_dir() / "softmax.py")
 KERNEL = kernel_to_json(SOFTMAX.kernel)
 BINDINGS = SOFTMAX.bindings
 
@@ -105,13 +105,30 @@ def test_malformed_kernels_are_422_with_a_location(client: httpx.Client) -> None
     assert err["location"]["file"] == "<request>" and err["location"]["line"] > 1
 
 
-def test_illegal_layout_is_422(client: httpx.Client) -> None:
+def test_deeply_nested_expressions_are_413(client: httpx.Client) -> None:
+    kernel = copy.deepcopy(KERNEL)
+    kernel["params"][0]["type"]["shape"][0] = "(" * 2000 + "M" + ")" * 2000
+    error_of(client.post("/v1/plan", json={"kernel": kernel, "bindings": BINDINGS}), 413,
+             "too-large")
+    text = print_kernel(SOFTMAX.kernel).replace("[M, N]", "[" + "(" * 2000 + "M" + ")" * 2000
+                                                + ", N]", 1)
+    error_of(client.post("/v1/plan", json={"kernel": text, "bindings": BINDINGS}), 413,
+             "too-large")
+
+
+@pytest.mark.parametrize(("strides", "kind", "words"), [
+    ([1, 1], "proof", "injectivity refuted"),  # rows overlap: z3 finds two elements
+    ([-16, 1], "invalid-ir", "strides must be >= 0"),
+])
+def test_illegal_layout_is_422(client: httpx.Client, strides: list[int], kind: str,
+                               words: str) -> None:
     kernel = kernel_to_json(load_example(SOFTMAX.path.parent / "manual_gemm.py").kernel)
     ops = kernel["body"]["ops"][0]["regions"][0]["ops"]
     alloc = next(op for op in ops if op["op"] == "memory.alloc")
-    alloc["attrs"]["layout"]["strides"] = [1, 1]  # rows overlap: not injective
+    alloc["attrs"]["layout"]["strides"] = strides
     r = client.post("/v1/plan", json={"kernel": kernel, "bindings": {"M": 64, "N": 64, "K": 32}})
-    assert error_of(r, 422)["diagnostics"]
+    err = error_of(r, 422, kind)
+    assert words in err["message"] and err["diagnostics"]
 
 
 def test_unknown_target_is_404_with_a_suggestion(client: httpx.Client) -> None:

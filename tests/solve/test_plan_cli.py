@@ -1,0 +1,100 @@
+"""``planner plan`` and ``planner compare`` through ``planner.cli.main``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.solve import plan_from_json
+
+ROOT = Path(__file__).resolve().parents[2]
+SOFTMAX = str(ROOT / "examples" / "softmax.py")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", SOFTMAX)
+    assert code == 0
+    assert out.startswith("softmax on x86-avx2  policy default  bindings M=100 N=70")
+    assert "status optimal" in out and "materialize local" in out
+
+
+def test_plan_by_example_name_with_bindings_and_target(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    code, out, _ = run(capsys, "plan", "softmax", "--target", "apple-m2", "--bind", "N=4096",
+                       "--policy", "expensive-only")
+    assert code == 0
+    assert "softmax on apple-m2  policy expensive-only  bindings M=100 N=4096" in out
+
+
+def test_plan_json_and_dot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    dot = tmp_path / "plan.dot"
+    code, out, _ = run(capsys, "plan", SOFTMAX, "--json", "--dot", str(dot))
+    assert code == 0
+    plan = plan_from_json(json.loads(out))
+    assert plan.kernel == "softmax" and plan.target == "x86-avx2"
+    assert dot.read_text().startswith('digraph "softmax"')
+
+
+def test_plan_baseline_infeasible_still_exits_zero_with_explanation(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", SOFTMAX, "--baseline", "all-virtual")
+    assert code == 0
+    assert "status infeasible" in out and "registers capacity 512 B" in out
+
+
+def test_plan_errors_are_rendered(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", SOFTMAX, "--target", "x86-avx3")
+    assert code == 1 and "unknown target 'x86-avx3'" in err
+    code, _, err = run(capsys, "plan", SOFTMAX, "--bind", "N")
+    assert code == 1 and "NAME=VALUE" in err
+
+
+def test_compare_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "compare", SOFTMAX, "--target", "x86-avx2", "--target",
+                       "apple-m2")
+    assert code == 0
+    head = out.splitlines()[0]
+    assert "softmax" in head and "x86-avx2" in head and "apple-m2" in head
+    assert "apple-m2 vs x86-avx2:" in out and "estimated time" in out
+
+
+def test_compare_policies_and_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "compare", SOFTMAX, "--policy", "default", "--policy",
+                       "expensive-only")
+    assert code == 0 and "expensive-only vs default:" in out
+    code, out, _ = run(capsys, "compare", SOFTMAX, "--baseline", "greedy-fusion",
+                       "--baseline", "all-virtual", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["labels"] == ["optimal", "greedy-fusion", "all-virtual"]
+    assert doc["totals"][2] is None
+
+
+def test_compare_saved_plans(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for t in ("x86-avx2", "apple-m2"):
+        code, out, _ = run(capsys, "plan", SOFTMAX, "--target", t, "--json")
+        (tmp_path / f"{t}.json").write_text(out)
+    code, out, _ = run(capsys, "compare", "--plans", str(tmp_path / "x86-avx2.json"),
+                       str(tmp_path / "apple-m2.json"))
+    assert code == 0 and "apple-m2 vs x86-avx2:" in out
+
+
+def test_compare_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "compare", SOFTMAX)
+    assert code == 1 and "nothing to compare" in err
+    code, _, err = run(capsys, "compare", SOFTMAX, "--target", "x86-avx2", "--target",
+                       "apple-m2", "--policy", "default", "--policy", "expensive-only")
+    assert code == 1 and "one thing at a time" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    code, _, err = run(capsys, "compare", "--plans", str(bad), str(bad))
+    assert code == 1 and "invalid JSON" in err
