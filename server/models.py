@@ -84,7 +84,7 @@ class CompareRequest(_Body):
 
     kernel: KernelInput
     bindings: Bindings = {}
-    variants: Annotated[list[CompareVariant], Field(min_length=1, max_length=64)]
+    variants: Annotated[list[CompareVariant], Field(min_length=2, max_length=64)]
     time_limit: TimeLimit = None
 
 

@@ -90,15 +90,31 @@ def decode_kernel(source: KernelSource, max_ops: int) -> Kernel:
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """A solved plan and its JSON, as the cache keeps them."""
+    """A solved plan, its JSON and target, as the cache keeps them.
+
+    ``refuted`` holds the located diagnostics of proofs the plan's kernel fails on its
+    target (an inaccessible resource, say): /plan and /lower refuse such a plan (422),
+    /compare shows it beside the others.
+    """
 
     plan: MaterializationPlan
     json: dict[str, Any]
     target: Target
+    refuted: tuple[Diagnostic, ...] = ()
 
     @property
     def infeasible(self) -> bool:
         return self.plan.status == Status.INFEASIBLE
+
+    def raise_if_unusable(self) -> None:
+        """422 for a plan that must not be used: infeasible, or a refuted proof."""
+        if self.refuted:
+            raise PlannerError(list(self.refuted), kind="proof")
+        if self.infeasible:
+            explanation = [str(line) for line in self.plan.explanation]
+            message = "no plan satisfies the constraints" + (
+                f": {explanation[0]}" if explanation else "")
+            raise ApiError(422, "infeasible", message, explanation=explanation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +136,13 @@ class PlanJob:
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
                            time_limit_s=self.time_limit_s, workers=self.solver_workers)
-        refuted = [p for p in plan.proofs if p.status == "refuted"]
-        if refuted:  # e.g. an overlapping layout: no plan of an illegal kernel is served
-            prove_kernel(kernel, self.target, self.bindings or None).raise_if_refuted()
-            raise PlannerError([Diagnostic(f"{p.name} refuted: {p.detail}") for p in refuted],
-                               kind="proof")
-        return Planned(plan, plan_to_json(plan), self.target)
+        refuted: tuple[Diagnostic, ...] = ()
+        if any(p.status == "refuted" for p in plan.proofs):  # re-prove for the locations
+            report = prove_kernel(kernel, self.target, self.bindings or None)
+            refuted = tuple(r.diagnostic() for r in report.refuted) or tuple(
+                Diagnostic(f"{p.name} refuted: {p.detail}") for p in plan.proofs
+                if p.status == "refuted")
+        return Planned(plan, plan_to_json(plan), self.target, refuted)
 
 
 def check_job(source: KernelSource, target: Target, bindings: dict[str, int],

@@ -375,9 +375,13 @@ def parse_expr(text: str) -> Expr:
     return out
 
 
+MAX_EXPR_DEPTH = 64
+
+
 class _ExprParser:
     def __init__(self, tokens: list[tuple[str, str, int]], end: int) -> None:
         self.tokens, self.i, self.end = tokens, 0, end
+        self.depth = 0
 
     def peek(self) -> str | None:
         return self.tokens[self.i][1] if self.i < len(self.tokens) else None
@@ -408,6 +412,15 @@ class _ExprParser:
         if self.i >= len(self.tokens):
             raise ExprSyntaxError("expression ends early", self.end)
         kind, val, where = self.tokens[self.i]
+        if self.depth >= MAX_EXPR_DEPTH:
+            raise ExprSyntaxError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels", where)
+        self.depth += 1
+        try:
+            return self._atom(kind, val, where)
+        finally:
+            self.depth -= 1
+
+    def _atom(self, kind: str, val: str, where: int) -> Expr:
         self.i += 1
         if kind == "int":
             return Const(int(val))

@@ -98,6 +98,8 @@ class _Verifier:
         for p in self.kernel.params:
             if not isinstance(p.type, ViewType):
                 self.err(None, "S1", f"kernel parameter {value_name(p)} must be a view")
+            else:
+                self.check_view(p, p.type)
             scope.values.add(id(p))
         scope.symbols.update(self.kernel.symbols())
         self.block(self.kernel.body, [scope], parallel_depth=0, current={})
@@ -116,6 +118,24 @@ class _Verifier:
             for r in op.results:
                 local.values.add(id(r))
         return current
+
+    def check_view(self, p: Value, vt: ViewType) -> None:
+        env = self.bindings
+        values = []
+        for i, e in enumerate(vt.shape):
+            if not e.symbols() <= set(env):
+                continue
+            v = e.evaluate(env)
+            values.append(v)
+            if v < 0:
+                self.err(None, "S14", f"view {value_name(p)} dim {i} has extent {e} = {v} < 0")
+        if len(values) == vt.rank and min(values, default=1) > 0:
+            nbytes = vt.dtype.itemsize
+            for v in values:
+                nbytes *= v
+            if nbytes > INT64_MAX:
+                self.err(None, "S14", f"view {value_name(p)} spans {nbytes:,} bytes, which "
+                         f"overflows signed 64-bit byte addressing (max {INT64_MAX:,})")
 
     # ------------------------------------------------------------------ 1. op shape
 

@@ -197,6 +197,11 @@ class CompiledKernel:
                         owner[buf.name].instances() if buf.name in owner else Const(1))
                        for buf, where in zip(prog.buffers, code.info.placement, strict=True)]
         self._layouts: dict[tuple[int, ...], tuple[int, int, np.ndarray]] = {}
+        self._instances = [seg.instances() if seg.parallel else Const(1)
+                           for seg in prog.segments]
+        self._arena_lock = threading.Lock()
+        self._arenas: list[np.ndarray] = []  # reused by calls that do not overlap
+        self._global = _aligned(0)
 
     @property
     def loop_program(self) -> LoopProgram:
@@ -306,7 +311,7 @@ class CompiledKernel:
                 if not a.flags.writeable:
                     raise error(f"output view {p.name!r} is not writeable", kind=_INPUT)
                 outputs[p.name] = a
-            ptrs[i] = a.ctypes.data
+            ptrs[i] = _addr(a)
             strides.extend(el)
         return ptrs, np.array(strides or [0], dtype=np.int64), outputs
 
@@ -336,35 +341,53 @@ class CompiledKernel:
 
     def _execute(self, env: Mapping[str, int], syms: np.ndarray, views: Any,
                  strides: np.ndarray, threads: int) -> None:
-        prog = self._code.program
         worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
-        garena = _aligned(global_size)
-        arenas: list[np.ndarray] = []
-        base = [syms.ctypes.data, ctypes.addressof(views), strides.ctypes.data]
-        for seg, fn in zip(prog.segments, self._code.functions, strict=True):
-            n = seg.instances().evaluate(env) if seg.parallel else 1
-            if n <= 0:
-                continue
-            chunks = min(threads, n) if seg.parallel else 1
-            while len(arenas) < chunks:
-                arenas.append(_aligned(worker_size))
-            ranges = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+        counts = [e.evaluate(env) for e in self._instances]
+        chunks_max = max([min(threads, n) for n in counts if n > 0], default=1)
+        reuse = self._arena_lock.acquire(blocking=False)
+        try:
+            if reuse:
+                self._arenas = [a if a.nbytes >= worker_size else _aligned(worker_size)
+                                for a in self._arenas[:chunks_max]]
+                self._arenas += [_aligned(worker_size)
+                                 for _ in range(chunks_max - len(self._arenas))]
+                if self._global.nbytes < global_size:
+                    self._global = _aligned(global_size)
+                arenas, garena = self._arenas, self._global
+            else:
+                arenas = [_aligned(worker_size) for _ in range(chunks_max)]
+                garena = _aligned(global_size)
+            base = (_addr(syms), ctypes.addressof(views), _addr(strides))
+            tail = (_addr(garena), _addr(table))
+            for fn, n in zip(self._code.functions, counts, strict=True):
+                if n > 0:
+                    _run_segment(fn, n, min(threads, n), base, arenas, tail)
+        finally:
+            if reuse:
+                self._arena_lock.release()
 
-            def call(c: int, fn: Any = fn, ranges: list[tuple[int, int]] = ranges) -> None:
-                lo, hi = ranges[c]
-                fn(lo, hi, *base, arenas[c].ctypes.data, garena.ctypes.data,
-                   table.ctypes.data)
 
-            if chunks == 1:
-                call(0)
-                continue
-            futures: list[Future[None]] = [_pool(chunks - 1).submit(call, c)
-                                           for c in range(1, chunks)]
-            try:
-                call(0)
-            finally:
-                for f in futures:
-                    f.result()
+def _run_segment(fn: Any, n: int, chunks: int, base: tuple[int, ...],
+                 arenas: list[np.ndarray], tail: tuple[int, ...]) -> None:
+    """Instances ``[0, n)`` split into ``chunks`` contiguous ranges, one per worker; the
+    calling thread runs the first."""
+    if chunks == 1:
+        fn(0, n, *base, _addr(arenas[0]), *tail)
+        return
+    bounds = [n * c // chunks for c in range(chunks + 1)]
+    pool = _pool(chunks - 1)
+    futures: list[Future[None]] = [
+        pool.submit(fn, bounds[c], bounds[c + 1], *base, _addr(arenas[c]), *tail)
+        for c in range(1, chunks)]
+    try:
+        fn(0, bounds[1], *base, _addr(arenas[0]), *tail)
+    finally:
+        for f in futures:
+            f.result()
+
+
+def _addr(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def _aligned(nbytes: int) -> np.ndarray:

@@ -103,6 +103,8 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
         priced = [(p, i, c) for i, c in enumerate(allowed)
                   if (p := _isolated_price(problem, e, c)) is not None]
         choices.append(min(priced)[2] if priced else allowed[-1])
+    if not _repair_registers(problem, choices, restrictions):
+        return None
     placement, versions = _placements(problem, tuple(choices))
     if placement is None:
         return None
@@ -113,6 +115,55 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
         if evaluate(problem, a, restrictions).feasible:
             return a
     return None
+
+
+def _repair_registers(problem: Problem, choices: list[Decision],
+                      restrictions: Restrictions | None) -> bool:
+    """Sweep the checked points; where registers overflow, move the biggest virtual value
+    out (its virtual edges take their cheapest other allowed choice)."""
+    for lp in problem.live_points:
+        while True:
+            held: dict[str, list[int]] = {}
+            for vi, si in lp.segments:
+                v = problem.values[vi]
+                if v.register and any(choices[i] is VIRTUAL for i in v.segments[si].edges):
+                    held.setdefault(v.register, []).append(vi)
+            over = [(r, vs) for r, vs in held.items() if _overflows(problem, r, lp.owner, vs,
+                                                                    choices)]
+            if not over:
+                break
+            _, vs = over[0]
+            worst = max(vs, key=lambda i: (problem.values[i].reg_bytes, i))
+            if not _evict(problem, worst, choices, restrictions):
+                return False
+    return True
+
+
+def _overflows(problem: Problem, resource: str, owner: str, values: list[int],
+               choices: list[Decision]) -> bool:
+    cap = problem.capacity(resource, owner)
+    if cap is None:
+        return False
+    used = 0
+    for vi in values:
+        v = problem.values[vi]
+        _, _, cross = derived_flags(problem, tuple(choices), v)
+        used += v.reg_bytes * (v.max_versions if cross else 1)
+    return used > cap
+
+
+def _evict(problem: Problem, vi: int, choices: list[Decision],
+           restrictions: Restrictions | None) -> bool:
+    for i in problem.values[vi].edges:
+        if choices[i] is not VIRTUAL:
+            continue
+        e = problem.edges[i]
+        others = [(p, n, c) for n, c in enumerate(allowed_choices(problem, e, restrictions))
+                  if c is not VIRTUAL and (p := _isolated_price(problem, e, c)) is not None]
+        if not others:
+            return False
+        choices[i] = min(others)[2]
+    return True
 
 
 def _placements(problem: Problem, choices: tuple[Decision, ...]

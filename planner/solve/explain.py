@@ -23,6 +23,7 @@ from planner.solve.baselines import describe
 from planner.solve.costs import (
     CHOICES,
     FUSED,
+    INLINING,
     MATERIALIZED,
     PRESERVING,
     RECOMPUTED,
@@ -133,8 +134,28 @@ def _phrase_capacity(problem: Problem, restrictions: Restrictions | None, g: Gro
     held = sum(b for _, b in holders)
     parts = " + ".join(f"{name} {fmt_bytes(b)}" for name, b in holders) or "its holders"
     total_part = f" = {fmt_bytes(held)}" if len(holders) > 1 else ""
-    return (f"{parts}{total_part} > {resource} capacity {fmt_bytes(cap)} at "
-            f"{point.describe()} [capacity of {resource}]")
+    return (f"{parts}{total_part} > {resource} capacity {fmt_bytes(cap)} "
+            f"{_where(problem, g.subject)} [capacity of {resource}]")
+
+
+def _where(problem: Problem, point: int) -> str:
+    """The points over which the holders checked at ``point`` are all live."""
+    lp = next(lp for lp in problem.live_points if lp.point == point)
+    ends = [problem.values[vi].segments[si].end for vi, si in lp.segments]
+    ends += [problem.memories[mi].span[1] for mi in lp.memories]
+    last = min(ends, default=point + 1) - 1
+    pts = [problem.points[i] for i in range(point, last + 1) if i in problem.points]
+    if len(pts) <= 1:
+        return f"at {problem.points[point].describe()}"
+    stages = list(dict.fromkeys(p.stage for p in pts if p.stage))
+    pipes = list(dict.fromkeys(p.pipeline for p in pts if p.pipeline))
+    where = f"over points {point}..{last}"
+    if stages and pipes:
+        kind = "stage" if len(stages) == 1 else "stages"
+        where += f" ({kind} {', '.join(stages)} of pipeline {', '.join(pipes)})"
+    elif pipes:
+        where += f" (in pipeline {', '.join(pipes)})"
+    return where
 
 
 # --------------------------------------------------------------------------- decisions
@@ -191,7 +212,7 @@ def edge_reason(problem: Problem, a: Assignment, ev: Evaluation, e: Edge,
             problem, a, e, alt, restrictions, baseline)
     if baseline is not None and restrictions and e.index in restrictions:
         return f"{head}; {describe(baseline, problem, e)}"
-    if v.policy is not None and c in PRESERVING and v.policy == "preserve":
+    if (v.policy == "preserve" and c in PRESERVING) or (v.policy == "inline" and c in INLINING):
         return f"{head}; {v.policy_reason}"
     return f"{head}; cheapest legal choice"
 

@@ -21,7 +21,6 @@ from server.models import (
 from server.routers import error_responses
 from server.service import (
     ApiError,
-    Planned,
     ServiceDep,
     check_emitter,
     check_job,
@@ -43,12 +42,6 @@ _PLAN_OK = {"description": "The MaterializationPlan (schema: GET /v1/schemas/pla
                                          "schema": {"type": "string"}}}}
 
 
-def _infeasible(planned: Planned) -> ApiError:
-    explanation = [str(line) for line in planned.plan.explanation]
-    message = "no plan satisfies the constraints" + (f": {explanation[0]}" if explanation else "")
-    return ApiError(422, "infeasible", message, explanation=explanation)
-
-
 @router.post("/plan", responses={200: _PLAN_OK, **error_responses(400, 404, 422)})
 async def plan(body: PlanRequest, service: ServiceDep) -> Response:
     """Plan one kernel on one target; identical requests are answered from the cache."""
@@ -56,8 +49,7 @@ async def plan(body: PlanRequest, service: ServiceDep) -> Response:
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
                                       body.baseline, body.time_limit)
     service.metrics.observe_plan("plan", "hit" if hit else "miss", time.perf_counter() - start)
-    if planned.infeasible:
-        raise _infeasible(planned)
+    planned.raise_if_unusable()
     return JSONResponse(planned.json, headers={"X-Plan-Cache": "hit" if hit else "miss"})
 
 
@@ -99,8 +91,7 @@ async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
                                       body.baseline, body.time_limit)
-    if planned.infeasible:
-        raise _infeasible(planned)
+    planned.raise_if_unusable()
     code = await service.run(lower_job, body.kernel, planned.plan, planned.target, body.emit,
                              service.settings.max_graph_ops)
     service.metrics.observe_plan("lower", "hit" if hit else "miss", time.perf_counter() - start)

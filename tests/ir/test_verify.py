@@ -274,3 +274,10 @@ def test_all_errors_are_collected_before_raising():
     rules = sorted(d.rule for d in info.value.diagnostics)
     assert rules == ["S10", "S13", "S5"]
     assert info.value.kind == "invalid-ir"
+
+
+def test_s14_view_extents_must_be_non_negative_and_addressable():
+    diags = errors_of(copy_kernel(), {"M": -3, "N": 4})
+    assert any(d.rule == "S14" and "%X dim 0 has extent M = -3 < 0" in d.message for d in diags)
+    diags = errors_of(copy_kernel(), {"M": 1 << 40, "N": 1 << 40})
+    assert any(d.rule == "S14" and "overflows signed 64-bit" in d.message for d in diags)

@@ -25,6 +25,7 @@ from planner.ir.frontend import (
     ceil_div,
     const,
     coord,
+    dims,
     f32,
     layout,
     memory,
@@ -64,7 +65,7 @@ def x86() -> Target:
 
 
 @functools.cache
-def example(name: str):  # noqa: ANN201 - planner.ir.examples.Example
+def example(name: str):  # -> planner.ir.examples.Example
     return load_example(EXAMPLES[name])
 
 
@@ -177,7 +178,8 @@ def test_attention_pipeline_windows(window: int) -> None:
 
 def make_memory_layouts() -> Kernel:
     @tile_kernel("memory_layouts")
-    def memory_layouts(X: TensorView[const(f32), "M", "N"], Y: TensorView[f32, "M", "N"]):
+    def memory_layouts(X: TensorView[const(f32), dims("M", "N")],
+                       Y: TensorView[f32, dims("M", "N")]):
         gm = axis("bm", ceil_div(X.extent(0), 8))
         gn = axis("bn", ceil_div(X.extent(1), 16))
         m = axis("m", 8)
@@ -280,3 +282,49 @@ def test_code_is_inspectable() -> None:
 def test_mismatched_plan_is_rejected() -> None:
     with pytest.raises(PlannerError, match="does not match kernel"):
         build_loop_program(example("gemm").kernel, planned("softmax", None), x86())
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_run_check_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.cli import main
+
+    assert main(["run", "softmax", "--check", "--bind", "M=9", "--bind", "N=33",
+                 "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "check ok: matches the reference interpreter" in out
+
+
+def test_cli_run_check_reports_the_max_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.cli import main
+
+    # Zero tolerance: the GEMM's summation order differs from numpy's in the last bits.
+    assert main(["run", "gemm", "--check", "--rtol", "0", "--atol", "0", "--repeat", "1",
+                 "--threads", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "MISMATCH" in captured.out
+    assert "disagrees with the reference interpreter on C: max abs error" in captured.err
+
+
+def test_cli_run_with_a_saved_plan(tmp_path: object, capsys: pytest.CaptureFixture[str]
+                                   ) -> None:
+    import json
+
+    from planner.cli import main
+    from planner.solve import plan_to_json
+
+    path = tmp_path / "plan.json"  # type: ignore[operator]
+    path.write_text(json.dumps(plan_to_json(planned("gelu", "all-materialize"))))
+    assert main(["run", "gelu", "--plan", str(path), "--check", "--repeat", "1"]) == 0
+    assert "all-materialize plan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("emit", "needle"), [("loops", "loop program layernorm"),
+                                              ("llvm", "define"), ("asm", "ret")])
+def test_cli_lower_prints_code(emit: str, needle: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.cli import main
+
+    assert main(["lower", "layernorm", "--emit", emit]) == 0
+    assert needle in capsys.readouterr().out

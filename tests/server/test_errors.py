@@ -117,7 +117,7 @@ def test_deeply_nested_expressions_are_413(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize(("strides", "kind", "words"), [
-    ([1, 1], "proof", "injectivity refuted"),  # rows overlap: z3 finds two elements
+    ([1, 1], "invalid-ir", "is not injective"),  # rows overlap
     ([-16, 1], "invalid-ir", "strides must be >= 0"),
 ])
 def test_illegal_layout_is_422(client: httpx.Client, strides: list[int], kind: str,
@@ -156,3 +156,21 @@ def test_wrong_content_type_is_a_4xx(client: httpx.Client) -> None:
     r = client.post("/v1/plan", content=b'{"kernel": {}}', headers={"Content-Type": "text/plain"})
     assert 400 <= r.status_code < 500
     error_of(r, r.status_code)
+
+
+def test_refuted_proof_is_422_but_compare_shows_the_plan(client: httpx.Client) -> None:
+    body = {"kernel": KERNEL, "bindings": BINDINGS, "target": "npu-systolic"}
+    err = error_of(client.post("/v1/plan", json=body), 422, "proof")
+    assert err["rule"] == "S20" and "can_access refuted" in err["message"]
+    assert err["location"]["line"] > 0
+    r = client.post("/v1/compare", json={"kernel": KERNEL, "bindings": BINDINGS, "variants": [
+        {"target": "x86-avx2"}, {"target": "npu-systolic"}]})
+    assert r.status_code == 200, r.text
+    npu = r.json()["plans"][1]
+    assert any(p["status"] == "refuted" for p in npu["proofs"])
+
+
+def test_compare_needs_two_variants(client: httpx.Client) -> None:
+    r = client.post("/v1/compare", json={"kernel": KERNEL, "bindings": BINDINGS,
+                                         "variants": [{"target": "x86-avx2"}]})
+    error_of(r, 422, "validation")

@@ -228,3 +228,23 @@ def small_dag(seed: int, ops: int = 6) -> Kernel:
                     Y(coord(r0, 0), shape(m, n)).store(v)
 
     return dag
+
+
+def chain_kernel(length: int) -> Kernel:
+    """``y = ((x * x) * x) ...`` with ``length`` multiplies, stored twice (two consumers)."""
+
+    @tile_kernel(f"chain{length}")
+    def chain(X: TensorView[const(f32), dims("M", "N")], Y: TensorView[f32, dims("M", "N")]
+              ) -> None:
+        gm = axis("block_m", ceil_div(X.extent(0), 4))
+        m, n = axis("m", 4), axis("n", 8)
+        for nest in parallel(shape(gm)):
+            r0 = nest.index(gm) * 4
+            x = X[coord(r0, 0), shape(m, n)]
+            y = x
+            for _ in range(length):
+                y = y * x
+            Y(coord(r0, 0), shape(m, n)).store(y)
+            Y(coord(r0, 8), shape(m, n)).store(y)
+
+    return chain

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import bindings, kernel, target, with_capacity
 
-from manual_gemm import GemmConfig, make_manual_gemm
 from planner.errors import PlannerError
 from planner.solve import Baseline, Status, plan_kernel
 

@@ -98,3 +98,34 @@ def test_compare_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path
     bad.write_text("{")
     code, _, err = run(capsys, "compare", "--plans", str(bad), str(bad))
     assert code == 1 and "invalid JSON" in err
+
+
+def test_plan_text_ir_needs_bindings(capsys: pytest.CaptureFixture[str], tmp_path: Path
+                                     ) -> None:
+    from planning_support import kernel
+
+    from planner.ir.printer import print_kernel
+
+    path = tmp_path / "softmax.tir"
+    path.write_text(print_kernel(kernel("softmax")))
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 1 and "unbound symbol(s) M, N" in err
+    code, out, _ = run(capsys, "plan", str(path), "--bind", "M=100", "--bind", "N=70", "--json")
+    assert code == 0
+    code2, out2, _ = run(capsys, "plan", SOFTMAX, "--json")
+    assert json.loads(out)["objective"] == json.loads(out2)["objective"]
+
+
+def test_compare_two_catalog_versions(capsys: pytest.CaptureFixture[str], tmp_path: Path
+                                      ) -> None:
+    from planner.catalog import BUILTIN_DIR
+
+    text = (BUILTIN_DIR / "apple-m2.yaml").read_text()
+    small = text.replace("name: apple-m2", "name: small-m2").replace(
+        "capacity: 512                # 128", "capacity: 8                  # 128")
+    assert small != text
+    (tmp_path / "small-m2.yaml").write_text(small)
+    code, out, _ = run(capsys, "compare", SOFTMAX, "--target", "apple-m2", "--target",
+                       "small-m2", "--catalog-dir", str(tmp_path))
+    assert code == 0
+    assert "small-m2 vs apple-m2: +" in out  # registers too small: materialize, pay more

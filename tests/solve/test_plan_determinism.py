@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from planning_support import bindings, kernel, small_dag, target
 
-from planner.solve import Policy, plan_kernel, plan_to_json
+from planner.solve import MaterializationPlan, Policy, plan_kernel, plan_to_json
 
 
-def _stable(plan) -> dict:  # noqa: ANN001 - a MaterializationPlan
+def _stable(plan: MaterializationPlan) -> dict:
     out = plan_to_json(plan)
     out.pop("solve_time_s")
     return out
@@ -48,3 +48,24 @@ def test_content_hash_tracks_every_input() -> None:
     assert plan_kernel(k, t, b, baseline="greedy-fusion").content_hash != base
     assert plan_kernel(k, target("apple-m2"), b).content_hash != base
     assert plan_kernel(kernel("gelu"), t, {"N": 1000}).content_hash != base
+
+
+def test_progress_reports_best_and_bound() -> None:
+    calls: list[tuple[int, int, float]] = []
+    plan = plan_kernel(small_dag(5, ops=120), target("x86-avx2"), {"M": 64, "N": 64},
+                       progress=lambda best, bound, s: calls.append((best, bound, s)))
+    assert calls
+    assert all(best >= bound for best, bound, _ in calls)
+    assert calls[-1][0] == plan.objective
+
+
+def test_time_limit_gives_a_feasible_plan_with_its_gap() -> None:
+    from planner.solve import Status
+
+    k = small_dag(5, ops=400)
+    quick = plan_kernel(k, target("x86-avx2"), {"M": 64, "N": 64}, time_limit_s=0.05)
+    assert quick.status in (Status.OPTIMAL, Status.FEASIBLE)
+    assert 0 <= quick.bound <= quick.objective
+    if quick.status is Status.FEASIBLE:
+        assert quick.gap == pytest.approx((quick.objective - quick.bound) / quick.objective,
+                                          abs=1e-6)

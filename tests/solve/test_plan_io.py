@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
+from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import bindings, kernel, target
 
-from manual_gemm import GemmConfig, make_manual_gemm
 from planner.errors import PlannerError
 from planner.solve import (
     Baseline,
+    MaterializationPlan,
     Status,
     compare_plans,
     comparison_to_json,
@@ -35,7 +37,7 @@ def _plans():
 
 
 @pytest.mark.parametrize("plan", list(_plans()), ids=lambda p: f"{p.kernel}-{p.target}")
-def test_json_round_trip_and_schema(plan) -> None:  # noqa: ANN001
+def test_json_round_trip_and_schema(plan: MaterializationPlan) -> None:
     doc = plan_to_json(plan)
     text = json.dumps(doc)  # only JSON types
     jsonschema.Draft202012Validator.check_schema(plan_json_schema())
@@ -56,7 +58,8 @@ def test_schema_rejects_a_wrong_decision() -> None:
     (lambda d: d.update(schema="planner.plan/0"), "is not 'planner.plan/1'"),
     (lambda d: d["edges"][0].update(decision="teleported"), "ValueError"),
 ])
-def test_malformed_json_is_a_planner_error(mutate, message: str) -> None:  # noqa: ANN001
+def test_malformed_json_is_a_planner_error(mutate: Callable[[dict], object], message: str
+                                           ) -> None:
     doc = plan_to_json(next(_plans()))
     mutate(doc)
     with pytest.raises(PlannerError, match=message) as info:

@@ -1,0 +1,269 @@
+"""Benchmark the llvmlite CPU backend against numpy, and plans against each other.
+
+Run from the repository root::
+
+    python bench/cpu.py            # everything (a few minutes)
+    python bench/cpu.py --quick    # fewer sizes and repetitions
+
+Three tables:
+
+1. GEMM (the ordinary ``make_gemm`` and the seed's ``make_manual_gemm`` with large,
+   CPU-sized tiles) at n = 256 … 2048: GFLOP/s and the ratio to numpy's matmul in the
+   same process, on 1 and 2 threads (numpy's BLAS limited to the same count).
+2. Row softmax and layernorm on 4096×4096, GELU-tanh on 16M elements and the attention
+   example: time and speed-up over a plain numpy implementation.
+3. Every example under its optimal plan and each feasible baseline: the planner's
+   predicted time (the plan objective) and rank against the measured time and rank.
+
+The machine is shared and noisy: variants are interleaved and the median of several
+repetitions is reported, so ratios are more trustworthy than absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import attention  # noqa: E402
+import gelu  # noqa: E402
+import gemm  # noqa: E402
+import layernorm  # noqa: E402
+import manual_gemm  # noqa: E402
+import softmax  # noqa: E402
+from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
+
+from planner.catalog import CatalogRegistry  # noqa: E402
+from planner.lower import compile_kernel  # noqa: E402
+from planner.lower.llvm_jit import host_target  # noqa: E402
+from planner.solve import Baseline, plan_kernel  # noqa: E402
+
+TARGET = CatalogRegistry().get("x86-avx2")
+THREADS = (2, 1)
+
+
+def medians(variants: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds of each variant, the variants interleaved (one warm-up call)."""
+    for f in variants.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, f in variants.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+    cells = [tuple(str(c) for c in r) for r in (header, *rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def numpy_with(threads: int, f: Callable[[], object]) -> Callable[[], object]:
+    def run() -> object:
+        with threadpool_limits(threads):
+            return f()
+    return run
+
+
+# --------------------------------------------------------------------------- GEMM
+
+
+def gemm_configs(n: int) -> list[tuple[str, object, dict[str, int]]]:
+    block = 128 if n <= 512 else 256
+    return [
+        (f"gemm {block}x{block}x256", gemm.make_gemm(gemm.GemmConfig(block, block, 256, 2)), {}),
+        ("manual 128x128x128",
+         manual_gemm.make_manual_gemm(manual_gemm.GemmConfig(128, 128, 128, 2)), {}),
+    ]
+
+
+def bench_gemm(sizes: list[int], reps: int) -> str:
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        c = np.empty((n, n), np.float32)
+        bindings = {"M": n, "N": n, "K": n}
+        variants: dict[str, Callable[[], object]] = {}
+        for th in THREADS:
+            variants[f"numpy {th}t"] = numpy_with(th, lambda a=a, b=b: a @ b)
+        for name, kernel, _ in gemm_configs(n):
+            ck = compile_kernel(kernel, plan_kernel(kernel, TARGET, bindings), TARGET)
+            got = ck(A=a, B=b, C=c)["C"]
+            err = float(np.max(np.abs(got - a @ b)))
+            assert err < 1e-2 * np.sqrt(n), f"{name}: wrong result (max error {err})"
+            for th in THREADS:
+                variants[f"{name} {th}t"] = (lambda ck=ck, th=th, a=a, b=b, c=c:
+                                             ck(A=a, B=b, C=c, threads=th))
+        t = medians(variants, reps)
+        flops = 2.0 * n ** 3
+        for name, _, _ in gemm_configs(n):
+            for th in THREADS:
+                key = f"{name} {th}t"
+                rows.append((n, name, th, f"{flops / t[key] / 1e9:.1f}",
+                             f"{flops / t[f'numpy {th}t'] / 1e9:.1f}",
+                             f"{t[f'numpy {th}t'] / t[key]:.2f}x"))
+    return table(("n", "kernel", "threads", "GFLOP/s", "numpy GFLOP/s", "vs numpy"), rows)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def np_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mean = x.mean(axis=1, keepdims=True)
+    xc = x - mean
+    var = (xc * xc).mean(axis=1, keepdims=True)
+    return xc / np.sqrt(var + 1e-5) * w + b
+
+
+def np_gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(gelu.SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+
+
+def np_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = (q @ k.T) * np.float32(1.0 / np.sqrt(q.shape[1]))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p @ v) / p.sum(axis=1, keepdims=True)
+
+
+def workloads(quick: bool) -> list[tuple[str, object, dict[str, int], dict[str, np.ndarray],
+                                         Callable[[], object]]]:
+    rng = np.random.default_rng(0)
+    m = 2048 if quick else 4096
+    x = rng.standard_normal((m, m)).astype(np.float32)
+    w = rng.standard_normal(m).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    g = rng.standard_normal((4 if quick else 16) * 1024 * 1024).astype(np.float32)
+    L, S, D = (512, 512, 64) if quick else (2048, 2048, 64)
+    q = rng.standard_normal((L, D)).astype(np.float32)
+    kk = rng.standard_normal((S, D)).astype(np.float32)
+    v = rng.standard_normal((S, D)).astype(np.float32)
+    return [
+        (f"softmax {m}x{m}", softmax.make_softmax(softmax.SoftmaxConfig(block_m=4)),
+         {"M": m, "N": m}, {"X": x, "Y": np.empty_like(x)}, lambda: np_softmax(x)),
+        (f"layernorm {m}x{m}", layernorm.make_layernorm(layernorm.LayerNormConfig(block_m=4)),
+         {"M": m, "N": m}, {"X": x, "W": w, "Bias": bias, "Y": np.empty_like(x)},
+         lambda: np_layernorm(x, w, bias)),
+        (f"gelu-tanh {g.size // 2**20}M", gelu.make_gelu(gelu.GeluConfig(block=4096)),
+         {"N": g.size}, {"X": g, "Y": np.empty_like(g)}, lambda: np_gelu(g)),
+        (f"attention L=S={L} D={D}",
+         attention.make_attention(attention.AttentionConfig(block_q=64, block_kv=64,
+                                                            window=2)),
+         {"L": L, "S": S, "D": D}, {"Q": q, "K": kk, "V": v, "O": np.empty_like(q)},
+         lambda: np_attention(q, kk, v)),
+    ]
+
+
+def bench_elementwise(quick: bool, reps: int) -> str:
+    rows = []
+    for name, kernel, bindings, arrays, reference in workloads(quick):
+        ck = compile_kernel(kernel, plan_kernel(kernel, TARGET, bindings), TARGET)
+        want = np.asarray(reference())
+        got = next(iter(ck(dict(arrays)).values()))
+        err = float(np.max(np.abs(got - want)))
+        variants: dict[str, Callable[[], object]] = {"numpy": numpy_with(1, reference)}
+        for th in THREADS:
+            variants[f"{th}t"] = (lambda ck=ck, th=th, arrays=arrays:
+                                  ck(dict(arrays), threads=th))
+        t = medians(variants, reps)
+        for th in THREADS:
+            rows.append((name, th, f"{t[f'{th}t'] * 1e3:.2f}", f"{t['numpy'] * 1e3:.2f}",
+                         f"{t['numpy'] / t[f'{th}t']:.1f}x", f"{err:.1e}"))
+    return table(("kernel", "threads", "ms", "numpy ms", "speed-up", "max |err|"), rows)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def ranks(values: list[float]) -> list[int]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0] * len(values)
+    for r, i in enumerate(order):
+        out[i] = r + 1
+    return out
+
+
+def bench_plans(quick: bool, reps: int) -> str:
+    rows = []
+    cases = [(n, k, b, a) for n, k, b, a, _ in workloads(quick)]
+    n = 512 if quick else 1024
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    bm = rng.standard_normal((n, n)).astype(np.float32)
+    for name, kernel, _ in gemm_configs(n):
+        cases.append((f"{name} n={n}", kernel, {"M": n, "N": n, "K": n},
+                      {"A": a, "B": bm, "C": np.empty_like(a)}))
+    agree = total = 0
+    for name, kernel, bindings, arrays in cases:
+        plans = {}
+        for baseline in (None, *Baseline):
+            plan = plan_kernel(kernel, TARGET, bindings, baseline=baseline)
+            if plan.status.value != "infeasible":
+                plans[baseline.value if baseline else "optimal"] = plan
+        compiled = {k: compile_kernel(kernel, p, TARGET) for k, p in plans.items()}
+        t = medians({k: (lambda ck=ck, arrays=arrays: ck(dict(arrays), threads=THREADS[0]))
+                     for k, ck in compiled.items()}, reps)
+        keys = list(plans)
+        predicted = ranks([plans[k].objective for k in keys])
+        measured = ranks([t[k] for k in keys])
+        for k, pr, mr in zip(keys, predicted, measured, strict=True):
+            rows.append((name, k, f"{plans[k].objective / 1e6:.2f}", f"{t[k] * 1e3:.2f}",
+                         pr, mr))
+        pairs = [(i, j) for i in range(len(keys)) for j in range(i + 1, len(keys))]
+        agree += sum((predicted[i] - predicted[j]) * (measured[i] - measured[j]) > 0
+                     for i, j in pairs)
+        total += len(pairs)
+    text = table(("kernel", "plan", "predicted ms", f"measured ms ({THREADS[0]}t)",
+                  "predicted rank", "measured rank"), rows)
+    return text + f"\n\npairwise ranking agreement: {agree}/{total} plan pairs ordered alike"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer reps")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per variant")
+    parser.add_argument("--only", choices=("gemm", "elementwise", "plans"), action="append")
+    args = parser.parse_args()
+    reps = args.reps or (3 if args.quick else 7)
+    only = set(args.only or ("gemm", "elementwise", "plans"))
+    spec = host_target()
+    blas = [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
+            for i in threadpool_info()]
+    print(f"host {platform.processor() or platform.machine()}, LLVM cpu {spec.cpu}, "
+          f"avx512f={spec.has_feature('avx512f')}, numpy {np.__version__}, BLAS {blas}")
+    print(f"target catalog {TARGET.name}; threads {THREADS}; median of {reps} interleaved runs\n")
+    if "gemm" in only:
+        sizes = [256, 512, 1024] if args.quick else [256, 512, 1024, 2048]
+        print("GEMM\n" + bench_gemm(sizes, reps) + "\n")
+    if "elementwise" in only:
+        print("Elementwise, reductions, attention (vs plain numpy, 1 numpy thread)\n"
+              + bench_elementwise(args.quick, reps) + "\n")
+    if "plans" in only:
+        print("Optimal plan vs baselines: predicted (plan objective) vs measured\n"
+              + bench_plans(args.quick, reps))
+
+
+if __name__ == "__main__":
+    main()
