@@ -50,18 +50,57 @@ from planner.solve import Baseline, plan_kernel  # noqa: E402
 
 TARGET = CatalogRegistry().get("x86-avx2")
 THREADS = (2, 1)
+QUIET_S = 0.0  # set by --wait-quiet
+
+
+WARMUP_S = 0.15
+
+
+def sample(f: Callable[[], object]) -> float:
+    """Seconds of one call of ``f`` after ``WARMUP_S`` of untimed calls of ``f`` (so
+    caches are warm and no other variant's spinning BLAS threads steal a core)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < WARMUP_S:
+        f()
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def idle_fraction(interval: float = 0.2) -> float | None:
+    """Fraction of CPU time idle over ``interval`` seconds (Linux /proc/stat)."""
+    def snap() -> tuple[int, int] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        except OSError:
+            return None
+        return fields[3] + fields[4], sum(fields)
+
+    a = snap()
+    time.sleep(interval)
+    b = snap()
+    if a is None or b is None or b[1] == a[1]:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1])
+
+
+def wait_quiet(limit_s: float) -> None:
+    """Wait up to ``limit_s`` for a machine at least 90 % idle (others share it)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        idle = idle_fraction()
+        if idle is None or idle >= 0.9:
+            return
 
 
 def medians(variants: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds of each variant, the variants interleaved (one warm-up call)."""
-    for f in variants.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(reps):
-        for k, f in variants.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
+    """Median seconds of each variant; variants interleaved in ABBA order."""
+    keys = list(variants)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    for r in range(reps):
+        wait_quiet(QUIET_S)
+        for k in (keys if r % 2 == 0 else reversed(keys)):
+            times[k].append(sample(variants[k]))
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -223,21 +262,32 @@ def bench_plans(quick: bool, reps: int) -> str:
             if plan.status.value != "infeasible":
                 plans[baseline.value if baseline else "optimal"] = plan
         compiled = {k: compile_kernel(kernel, p, TARGET) for k, p in plans.items()}
-        t = medians({k: (lambda ck=ck, arrays=arrays: ck(dict(arrays), threads=THREADS[0]))
-                     for k, ck in compiled.items()}, reps)
+        # Plans that lower to the same loop program run the same code: one letter each.
+        letters: dict[str, str] = {}
+        code = {k: letters.setdefault(str(ck.loop_program), "ABCDEFGH"[len(letters)])
+                for k, ck in compiled.items()}
+        distinct = {code[k]: k for k in reversed(list(compiled))}
+        t = medians({k: (lambda ck=compiled[k], arrays=arrays:
+                         ck(dict(arrays), threads=THREADS[0])) for k in distinct.values()},
+                    reps)
+        t = {k: t[distinct[code[k]]] for k in compiled}
         keys = list(plans)
         predicted = ranks([plans[k].objective for k in keys])
         measured = ranks([t[k] for k in keys])
         for k, pr, mr in zip(keys, predicted, measured, strict=True):
-            rows.append((name, k, f"{plans[k].objective / 1e6:.2f}", f"{t[k] * 1e3:.2f}",
-                         pr, mr))
-        pairs = [(i, j) for i in range(len(keys)) for j in range(i + 1, len(keys))]
+            rows.append((name, k, code[k], f"{plans[k].objective / 1e6:.2f}",
+                         f"{t[k] * 1e3:.2f}", pr, mr))
+        pairs = [(i, j) for i in range(len(keys)) for j in range(i + 1, len(keys))
+                 if code[keys[i]] != code[keys[j]]
+                 and plans[keys[i]].objective != plans[keys[j]].objective]
         agree += sum((predicted[i] - predicted[j]) * (measured[i] - measured[j]) > 0
                      for i, j in pairs)
         total += len(pairs)
-    text = table(("kernel", "plan", "predicted ms", f"measured ms ({THREADS[0]}t)",
+    text = table(("kernel", "plan", "code", "predicted ms", f"measured ms ({THREADS[0]}t)",
                   "predicted rank", "measured rank"), rows)
-    return text + f"\n\npairwise ranking agreement: {agree}/{total} plan pairs ordered alike"
+    return text + (f"\n\n(code: plans with the same letter lower to the same loop program)"
+                   f"\npairwise ranking agreement: {agree}/{total} pairs of plans with "
+                   "different code and different predictions are ordered alike")
 
 
 def main() -> None:
@@ -245,7 +295,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer reps")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per variant")
     parser.add_argument("--only", choices=("gemm", "elementwise", "plans"), action="append")
+    parser.add_argument("--wait-quiet", type=float, default=5.0, metavar="S",
+                        help="before each round wait up to S s for a >= 90%% idle machine")
     args = parser.parse_args()
+    global QUIET_S
+    QUIET_S = args.wait_quiet
     reps = args.reps or (3 if args.quick else 7)
     only = set(args.only or ("gemm", "elementwise", "plans"))
     spec = host_target()
@@ -253,7 +307,9 @@ def main() -> None:
             for i in threadpool_info()]
     print(f"host {platform.processor() or platform.machine()}, LLVM cpu {spec.cpu}, "
           f"avx512f={spec.has_feature('avx512f')}, numpy {np.__version__}, BLAS {blas}")
-    print(f"target catalog {TARGET.name}; threads {THREADS}; median of {reps} interleaved runs\n")
+    idle = idle_fraction(1.0)
+    print(f"target catalog {TARGET.name}; threads {THREADS}; median of {reps} interleaved "
+          f"runs; machine idle at start: {'n/a' if idle is None else f'{idle:.0%}'}\n")
     if "gemm" in only:
         sizes = [256, 512, 1024] if args.quick else [256, 512, 1024, 2048]
         print("GEMM\n" + bench_gemm(sizes, reps) + "\n")

@@ -716,9 +716,86 @@ class _Fn(_IR):
         if d == len(s.vars) - 1:
             self._inner(s, parts, edge)
             return
+        if d == len(s.vars) - 2 and not edge and self._transposable(s, parts):
+            self._transposed(s, parts[0])  # type: ignore[arg-type]
+            return
         with self.loop(_c64(0), self.expr(s.extents[d]), 1, f"n{d}") as i:
             self.env[s.vars[d]] = i
             self._outer(s, parts, d + 1, edge)
+
+    # ------------------------------------------------------------------ transposed copies
+
+    def _copy_ends(self, p: lp.Nest) -> tuple[tuple[ir.Value, Expr, bool],
+                                              tuple[ir.Value, Expr, bool]]:
+        """(pointer, offset, swizzled) of the source read and the destination write."""
+        r = p.value
+        if isinstance(r, lp.ViewRead):
+            src = (self.view_ptr(r.view), self.view_offset(r.view, r.index), False)
+        else:
+            assert isinstance(r, lp.BufRead)
+            buf = self.cg.program.buffer(r.buffer)
+            src = (self.buffer_ptr(r.buffer, r.version), self.buffer_offset(buf, r.index),
+                   bool(buf.layout.swizzles))
+        d = p.dest
+        if isinstance(d, lp.ViewWrite):
+            dst = (self.view_ptr(d.view), self.view_offset(d.view, d.index), False)
+        else:
+            buf = self.cg.program.buffer(d.buffer)
+            dst = (self.buffer_ptr(d.buffer, d.version), self.buffer_offset(buf, d.index),
+                   bool(buf.layout.swizzles))
+        return src, dst
+
+    def _transposable(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...]) -> bool:
+        """A plain copy whose source is unit-stride along the outer of the last two
+        variables and whose destination is unit-stride along the last one."""
+        if len(parts) != 1 or not isinstance(parts[0], lp.Nest):
+            return False
+        p = parts[0]
+        if not isinstance(p.value, lp.ViewRead | lp.BufRead):
+            return False
+        v0, v1 = s.vars[-2], s.vars[-1]
+        r = p.value
+        src_off = (self.view_offset(r.view, r.index) if isinstance(r, lp.ViewRead) else
+                   self.buffer_offset(self.cg.program.buffer(r.buffer), r.index))
+        d = p.dest
+        dst_off = (self.view_offset(d.view, d.index) if isinstance(d, lp.ViewWrite) else
+                   self.buffer_offset(self.cg.program.buffer(d.buffer), d.index))
+        swizzled = any(self.cg.program.buffer(x).layout.swizzles for x in (
+            [r.buffer] if isinstance(r, lp.BufRead) else []) + (
+            [d.buffer] if isinstance(d, lp.BufWrite) else []))
+        return (not swizzled and _coeff(dst_off, v1) == Const(1)
+                and _coeff(src_off, v0) == Const(1) and _coeff(src_off, v1) != Const(1))
+
+    def _transposed(self, s: _NestLike, p: lp.Nest) -> None:
+        """Copy W×W blocks: W vector loads along the source's unit stride, an in-register
+        transpose, W vector stores along the destination's; the rest element-wise."""
+        b = self.b
+        w = self.cg.config.vector_width
+        v0, v1 = s.vars[-2], s.vars[-1]
+        n0, n1 = self.expr(s.extents[-2]), self.expr(s.extents[-1])
+        full0 = b.mul(b.sdiv(n0, _c64(w)), _c64(w))
+        full1 = b.mul(b.sdiv(n1, _c64(w)), _c64(w))
+        (sp, so, _), (dp, do, _) = self._copy_ends(p)
+        vt = _vec(sp.type.pointee, w)
+        with self.loop(_c64(0), full0, w, "t0") as b0:
+            with self.loop(_c64(0), full1, w, "t1") as b1:
+                cols = []
+                self.env[v0] = b0
+                for c in range(w):
+                    self.env[v1] = b.add(b1, _c64(c))
+                    addr = b.bitcast(b.gep(sp, [self.expr(so)]), vt.as_pointer())
+                    cols.append(b.load(addr, align=_align(vt.element)))
+                self.env[v1] = b1
+                for r, row in enumerate(_transpose(b, cols)):
+                    self.env[v0] = b.add(b0, _c64(r))
+                    addr = b.bitcast(b.gep(dp, [self.expr(do)]), vt.as_pointer())
+                    b.store(row, addr, align=_align(vt.element))
+            with self.loop(b0, b.add(b0, _c64(w)), 1, "t.rows") as r:
+                self.env[v0] = r
+                self._inner(s, (p,), False, start=full1)
+        with self.loop(full0, n0, 1, "t.rest") as r:
+            self.env[v0] = r
+            self._inner(s, (p,), False)
 
     def _hoisted(self, parts: tuple[lp.Nest | lp.ReduceNest, ...], var: str,
                  edge: bool) -> dict[lp.Elem, ir.Value]:
@@ -734,9 +811,10 @@ class _Fn(_IR):
         return lanes.cache
 
     def _inner(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
-               edge: bool) -> None:
-        """Main loop over full vectors, then one masked tail, of the innermost variable;
-        reductions accumulate lane-wise and are reduced horizontally after the row."""
+               edge: bool, start: ir.Value | None = None) -> None:
+        """Main loop over full vectors, then one masked tail, of the innermost variable
+        (from ``start``, default 0); reductions accumulate lane-wise and are reduced
+        horizontally after the row."""
         b = self.b
         w = self.cg.config.vector_width
         var = s.vars[-1]
@@ -765,13 +843,14 @@ class _Fn(_IR):
                 b.store(_COMBINE[(p.fn, p.value.dtype)](self, b.load(acc), v), acc)
 
         n = self.expr(s.extents[-1])
-        with b.if_then(b.icmp_signed(">", n, _c64(0))):
+        lo = start if start is not None else _c64(0)
+        with b.if_then(b.icmp_signed(">", n, lo)):
             hoisted = self._hoisted(parts, var, edge)
-            const_n = s.extents[-1].const_value()
-            full = b.mul(b.sdiv(n, _c64(w)), _c64(w)) if const_n is None \
-                else _c64(const_n // w * w)
+            const_n = s.extents[-1].const_value() if start is None else None
+            full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), _c64(w)), _c64(w))) \
+                if const_n is None else _c64(const_n // w * w)
             if const_n is None or const_n >= w:
-                with self.loop(_c64(0), full, w, "v") as base:
+                with self.loop(lo, full, w, "v") as base:
                     self.env[var] = base
                     point(_Lanes(w, var, None, edge, dict(hoisted)))
             if const_n is None or const_n % w:
@@ -866,6 +945,26 @@ class _Fn(_IR):
     def nothing(self, s: lp.Stmt) -> None:
         """Barriers inside an instance need no code on the CPU: one worker runs the whole
         instance, in program order (cross-worker ordering is the segment join)."""
+
+
+def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """Transpose a W×W matrix held as W vectors (W a power of two): log2(W) rounds, each
+    exchanging h×h blocks between rows i and i + h with two shuffles per row pair."""
+    w = len(rows)
+    rows = list(rows)
+    h = w // 2
+    while h >= 1:
+        first = [x for blk in range(w // (2 * h)) for x in
+                 [*(blk * 2 * h + j for j in range(h)), *(w + blk * 2 * h + j for j in range(h))]]
+        second = [x + h for x in first]
+        for i in range(w):
+            if i & h:
+                continue
+            x, y = rows[i], rows[i + h]
+            rows[i] = b.shuffle_vector(x, y, ir.Constant(_vec(I32, w), first))
+            rows[i + h] = b.shuffle_vector(x, y, ir.Constant(_vec(I32, w), second))
+        h //= 2
+    return rows
 
 
 def _align(t: ir.Type) -> int:

@@ -101,14 +101,14 @@ def default_kernel_cache() -> KernelCache:
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """A shared pool with at least ``workers`` threads (created on first use)."""
+    """A shared pool of exactly ``workers`` threads (one per size, created on first use;
+    never shut down, so concurrent calls can always submit)."""
     with _state_lock:
-        pool: ThreadPoolExecutor | None = _state.get("pool")
-        if pool is None or _state.get("pool_size", 0) < workers:
-            if pool is not None:
-                pool.shutdown(wait=False)
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="planner-cpu")
-            _state["pool"], _state["pool_size"] = pool, workers
+        pools: dict[int, ThreadPoolExecutor] = _state.setdefault("pools", {})
+        pool = pools.get(workers)
+        if pool is None:
+            pool = pools[workers] = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix=f"planner-cpu{workers}")
         return pool
 
 

@@ -24,11 +24,15 @@ The model
   materialized edges read the producer's buffer.  Transposes and broadcasts are index
   permutations, never data movement.
 * **Statements.**  :class:`Nest` assigns an expression over an iteration space (the
-  innermost variable is unit-stride and is what a backend vectorizes);
-  :class:`ReduceNest` reduces over its innermost variable; :class:`Mma` calls the
-  backend's matrix multiply on buffers (or directly on a view window when it lies
-  inside the view); :class:`Loop`, :class:`Pipeline`, :class:`Parallel` are the
-  temporal and nested-spatial structure; :class:`Barrier` marks the plan's sync points.
+  innermost variable is the one a backend vectorizes; a nest writing a transposed
+  layout iterates so that its destination is unit-stride there);
+  :class:`ReduceNest` reduces over its innermost variable; :class:`FusedNest` runs
+  sibling nests over the same space as one loop (a producer and the reduction that
+  reads it, one pass over the row instead of two); :class:`Mma` calls the backend's
+  matrix multiply on row-major buffers, or in place on a view window when it lies
+  inside the view (staged with its fill otherwise), other operands being staged;
+  :class:`Loop`, :class:`Pipeline`, :class:`Parallel` are the temporal and
+  nested-spatial structure; :class:`Barrier` marks the plan's sync points.
 * **Masked edge tiles.**  A view read or write knows its window (the load's offsets and
   shape).  A nest whose windows all lie inside their views runs unmasked; otherwise the
   backend masks each element (reads outside a view give the load's ``fill``, writes
@@ -56,8 +60,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from planner.catalog import Target
 from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import (
@@ -819,7 +824,8 @@ class _BufRef:
 
 @dataclass
 class _PipeInfo:
-    loop: LoopOp
+    """A legal software-pipeline schedule: each body op's stage and each stage's lag."""
+
     stage_of: dict[Op, int]
     lags: tuple[int, ...]
 
@@ -834,16 +840,14 @@ class _Carry:
 
 @dataclass
 class _Ctx:
-    """Statement lists being filled (one per pipeline stage when pipelining)."""
+    """The statement list being filled."""
 
     out: list[Stmt]
-    stage_lists: list[list[Stmt]] | None = None
-    pipe: _PipeInfo | None = None
-    extra: dict[int, list[Stmt]] = field(default_factory=dict)
 
 
 class _Builder:
-    def __init__(self, kernel: Kernel, plan: MaterializationPlan | None, target: object) -> None:
+    def __init__(self, kernel: Kernel, plan: MaterializationPlan | None,
+                 target: Target | None) -> None:
         self.kernel = kernel
         self.plan = plan
         self.target = target
@@ -863,7 +867,8 @@ class _Builder:
         self.segment_buffers: list[str] = []
         self.notes: list[str] = []
         self.pipes: dict[LoopOp, _PipeInfo | str] = {}
-        self.barriered: set[str] = set()
+        self.loop_stack: list[LoopOp] = []
+        self.pending_barriers: list[Barrier] = []
         self._temp = 0
 
     # ------------------------------------------------------------------ analysis
@@ -947,7 +952,7 @@ class _Builder:
     def resource_for_class(self, cls: str) -> tuple[str, str]:
         t = self.target
         if t is not None:
-            found = t.resources_for_class(cls)  # type: ignore[attr-defined]
+            found = t.resources_for_class(cls)
             if found:
                 return found[0].name, cls
         return DEFAULT_RESOURCES.get(cls, cls), cls
@@ -956,7 +961,7 @@ class _Builder:
         t = self.target
         if t is not None:
             try:
-                return t.resource(name).resource_class  # type: ignore[attr-defined]
+                return t.resource(name).resource_class
             except PlannerError:
                 pass
         for cls, res in DEFAULT_RESOURCES.items():
@@ -967,13 +972,13 @@ class _Builder:
 
     def _target_name(self) -> str:
         if self.target is not None:
-            return str(self.target.name)  # type: ignore[attr-defined]
+            return str(self.target.name)
         return self.plan.target if self.plan is not None else "host"
 
     def private_capacity(self) -> int:
         t = self.target
         if t is not None:
-            for r in t.resources_for_class("private"):  # type: ignore[attr-defined]
+            for r in t.resources_for_class("private"):
                 if r.capacity is not None:
                     return int(r.capacity)
         return 512
@@ -1071,7 +1076,7 @@ class _Builder:
     def _sync_scope(self, rule: str) -> str:
         t = self.target
         if t is not None:
-            for r in t.resources:  # type: ignore[attr-defined]
+            for r in t.resources:
                 for s in r.sync:
                     if s.name == rule:
                         return str(s.scope)
@@ -1335,7 +1340,7 @@ class _Builder:
         if t is None:
             return "worker"
         if op.owner == "kernel":
-            return str(t.root_scope.name)  # type: ignore[attr-defined]
+            return str(t.root_scope.name)
         scope = "AUTOMATIC"
         p = self.parent_op.get(op)
         while p is not None:
@@ -1343,17 +1348,17 @@ class _Builder:
                 scope = p.scope
                 break
             p = self.parent_op.get(p)
-        return str(t.default_parallel_scope) if scope == "AUTOMATIC" else scope  # type: ignore
+        return str(t.default_parallel_scope) if scope == "AUTOMATIC" else scope
 
     def _memory_resource(self, op: core.AllocOp, owner_scope: str) -> tuple[str, str]:
         t = self.target
         if t is None:
             cls = op.resource.value
             return self.resource_for_class("shared" if cls == "auto" else cls)
-        res = t.resolve(op.resource, owner_scope)  # type: ignore[attr-defined]
+        res = t.resolve(op.resource, owner_scope)
         if res is None:
             raise error(f"Memory {self.name(op.memory)} ({op.resource.value}, owned at scope "
-                        f"{owner_scope}) has no legal home on target {t.name}",  # type: ignore
+                        f"{owner_scope}) has no legal home on target {t.name}",
                         op.loc, rule="S17", kind=_KIND)
         return res.name, res.resource_class
 
@@ -1610,7 +1615,7 @@ class _Builder:
             if len(st) > 1:
                 return f"Memory {self.name(memv)} is stored in several stages"
         lags = tuple(min(s, op.window - 1) for s in range(len(op.stages)))
-        return _PipeInfo(op, stage_of, lags)
+        return _PipeInfo(stage_of, lags)
 
     def _state_carry_problem(self, op: LoopOp, i: int, arg: Value,
                              stage_of: dict[Op, int]) -> str:
@@ -1908,7 +1913,7 @@ _GENERATE: dict[type, Callable[[_Builder, Op, _Ctx], None]] = {
 
 
 def build_loop_program(kernel: Kernel, plan: MaterializationPlan | None = None,
-                       target: object | None = None) -> LoopProgram:
+                       target: Target | None = None) -> LoopProgram:
     """Lower ``kernel`` under ``plan`` to a loop program.
 
     ``target`` is a :class:`planner.catalog.Target` (resource names and classes, sync

@@ -51,6 +51,10 @@ def run_msl_kernel(kernel: Kernel, msl: MslKernel, arrays: Mapping[str, np.ndarr
         if p.role == "symbol":
             args.append(int(env[p.source]))
             continue
+        if p.role == "scratch":
+            assert p.dtype is not None
+            args.append(_scratch(p.dtype.numpy, msl.scratch_elements(p, env)))
+            continue
         assert p.dtype is not None
         if p.source not in arrays:
             raise error(f"no array given for view {p.source!r} of kernel {kernel.name!r}",
@@ -65,6 +69,12 @@ def run_msl_kernel(kernel: Kernel, msl: MslKernel, arrays: Mapping[str, np.ndarr
     report = compiled.run(args, grid, (msl.threads_per_group, 1, 1), order, seed,
                           timeout_s=timeout_s)
     return MslRun(writable, report, msl)
+
+
+def _scratch(dtype: np.dtype, n: int) -> np.ndarray:
+    """Device scratch, poisoned like the interpreter's fresh storage (NaN, -1, True)."""
+    fill = np.nan if dtype.kind == "f" else True if dtype.kind == "b" else -1
+    return np.full(max(n, 1), fill, dtype=dtype)
 
 
 def dispatch(kernel: Kernel, plan: MaterializationPlan | None, target: Target,

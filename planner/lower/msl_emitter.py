@@ -76,18 +76,19 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from planner.catalog import Resource, Target, normalize_class
 from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import Kernel, ReduceFn
 from planner.ir.dtypes import DType
-from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul, product
+from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, ceil_div, mul, product
 from planner.ir.layout import dense
 from planner.ir.types import ViewType
 from planner.lower import loop_program as lp
 from planner.lower import msl_tables as tb
-from planner.lower.msl_tables import Kind, Space
+from planner.lower.msl_tables import Space
 from planner.solve.plan import MaterializationPlan, Status
 
 __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
@@ -95,6 +96,7 @@ __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
 _KIND = "lowering"
 DEFAULT_THREADS = 64
 _RULE = "S17"
+_ZERO = Const(0)
 
 
 # =========================================================================== results
@@ -106,10 +108,11 @@ class MslParam:
 
     name: str  # the MSL identifier
     index: int  # its buffer slot; EmulatedKernel.run binds arguments in this order
-    role: str  # "view" | "symbol"
+    role: str  # "view" | "symbol" | "scratch"
     source: str  # the kernel's view or symbol name
-    dtype: DType | None  # element type of a view
+    dtype: DType | None  # element type of a view or scratch buffer
     readonly: bool
+    per_group: Expr | None = None  # scratch: elements per threadgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,12 @@ class MslKernel:
                         f"{'; '.join(over)} (plan the kernel for these bindings)",
                         rule=_RULE, kind=_KIND)
 
+    def scratch_elements(self, param: MslParam, bindings: Mapping[str, int]) -> int:
+        """Elements of a device scratch buffer for ``bindings`` (all groups' regions)."""
+        assert param.per_group is not None
+        groups = int(product(self.instances).evaluate(bindings))
+        return groups * int(param.per_group.evaluate(bindings))
+
     def grid(self, bindings: Mapping[str, int]) -> tuple[int, int, int]:
         """Threadgroups to dispatch for ``bindings`` (one per parallel instance)."""
         self.check_bindings(bindings)
@@ -174,6 +183,7 @@ class _Home:
     slots: int = 0  # THREAD: elements per thread and version
     exchange: bool = False
     pooled: bool = False  # a compiler temporary in its type's threadgroup pool
+    base: Expr = _ZERO  # DEVICE: first element of the buffer in its group's region
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +288,9 @@ def _may_alias(p: _Access, a: _Access) -> bool:
 
 
 def _conflict(p: _Access, a: _Access) -> bool:
+    owner = p.aligned and a.aligned and p.buffer == a.buffer  # both by the element's owner
     return (p.key == a.key and p.lo < a.hi and a.lo < p.hi and (p.write or a.write)
-            and not (p.aligned and a.aligned) and _may_alias(p, a))
+            and not owner and _may_alias(p, a))
 
 
 def _normalize(a: _Access) -> _Access:
@@ -404,8 +415,8 @@ def _check_memories(kernel: Kernel, plan: MaterializationPlan | None, target: Ta
                         f"{res.resource_class}), which has no place in an emitted Metal "
                         f"kernel (placed: {', '.join(tb.PLACEMENT)})")
         if nbytes is not None and res.capacity is not None:
-            n = versions.get(name, 1)
-            per_home.setdefault(res.name, []).append((name, nbytes, n))
+            aligned = -(-nbytes // res.alignment) * res.alignment
+            per_home.setdefault(res.name, []).append((name, aligned, versions.get(name, 1)))
     for res_name, items in per_home.items():
         res = target.resource(res_name)
         total = sum(b * n for _, b, n in items)
@@ -441,8 +452,8 @@ class _Emitter:
         self.limits: list[SizeLimit] = []
         self.notes: list[str] = []
         self.pools: dict[DType, tuple[str, int]] = {}  # dtype -> (array, elements)
+        self.scratch: dict[DType, tuple[str, Expr]] = {}  # dtype -> (param, per group)
         self.counter = 0
-        self.var_names: dict[str, str] = {}
         self.views = {p.name: p for p in program.params}
         self.nonneg_symbols = {e.name for p in program.params for e in p.shape
                                if isinstance(e, Sym)}
@@ -461,16 +472,18 @@ class _Emitter:
                         f"maps a top-level parallel to threadgroups (bind it to AUTOMATIC or "
                         f"{group})", rule="msl-dispatch")
 
-    def static(self, e: Expr, what: str, array: str, itemsize: int, per: int = 1) -> int:
-        """``e`` evaluated at the plan's bindings (recording a limit when symbolic)."""
+    def static(self, e: Expr, what: str) -> int:
+        """``e`` at the bindings the plan was made for (a Metal array has a static size)."""
         missing = sorted(e.symbols() - self.env.keys())
         if missing:
             raise _fail(f"{what} has {e} elements: a Metal array needs a static size, and "
                         f"the plan does not bind {', '.join(missing)}")
-        n = e.evaluate(self.env)
+        return e.evaluate(self.env)
+
+    def limit(self, array: str, what: str, e: Expr, capacity: int, itemsize: int) -> None:
+        """Remember that ``e`` elements must fit ``capacity`` at run time."""
         if not e.is_const:
-            self.limits.append(SizeLimit(array, what, e, -(-n // per) * per, itemsize))
-        return n
+            self.limits.append(SizeLimit(array, what, e, capacity, itemsize))
 
     def place_buffers(self) -> None:
         for name in self.segment.buffers:
@@ -488,28 +501,41 @@ class _Emitter:
                 raise _fail(f"Memory {what} is group-owned private storage: Metal private "
                             "storage is per thread (S17 refuses group-owned private)")
             size = buf.dtype.itemsize
-            if space is Space.THREADGROUP and buf.role == "memory":
-                array = self.names.new(name, "tg_")
-                cap = self.static(buf.total_elements(), what, array, size)
-                self.homes[name] = _Home(buf, space, array, cap)
+            if space is Space.DEVICE:
+                self.homes[name] = _Home(buf, space, "", 0)  # placed by place_device
             elif space is Space.THREADGROUP:
-                cap = self.static(buf.total_elements(), what, f"the {buf.dtype} pool", size)
-                self.homes[name] = _Home(buf, space, "", cap, pooled=True)
+                memory = buf.role == "memory"  # a fixed occupant, else a pooled temporary
+                array = self.names.new(name, "tg_") if memory else ""
+                cap = self.static(buf.total_elements(), what)
+                self.limit(array or f"the {buf.dtype} pool", what, buf.total_elements(), cap,
+                           size)
+                self.homes[name] = _Home(buf, space, array, cap, pooled=not memory)
             else:
                 array = self.names.new(name, "r_")
-                n = self.static(product(buf.shape), what, array, size, self.threads)
-                slots = max(1, -(-n // self.threads))
-                if not product(buf.shape).is_const:
-                    self.limits[-1] = dataclasses.replace(self.limits[-1],
-                                                          capacity=slots * self.threads)
+                slots = max(1, -(-self.static(product(buf.shape), what) // self.threads))
+                self.limit(array, what, product(buf.shape), slots * self.threads, size)
                 self.homes[name] = _Home(buf, space, array, slots * buf.versions, slots=slots)
+
+    def place_device(self) -> None:
+        """Device-class buffers: one region per threadgroup of a scratch buffer per type,
+        sized symbolically (no static limit), each buffer on a 64-byte boundary."""
+        for name, h in list(self.homes.items()):
+            if h.space is not Space.DEVICE:
+                continue
+            dt = h.buffer.dtype
+            array, used = self.scratch.get(dt, ("", Const(0)))
+            array = array or self.names.new(f"scratch_{dt.value}")
+            step = max(1, 64 // dt.itemsize)
+            self.scratch[dt] = (array, add(used, mul(ceil_div(h.buffer.total_elements(), step),
+                                                     step)))
+            self.homes[name] = dataclasses.replace(h, array=array, base=used)
 
     # ------------------------------------------------------------------ conversion
 
     def convert(self, body: Iterable[lp.Stmt]) -> list[_Node]:
         out: list[_Node] = []
         for s in body:
-            out.extend(self._CONVERT[type(s)](self, s))
+            out.extend(_CONVERT[type(s)](self, s))
         return out
 
     def _nest(self, s: lp.Nest) -> list[_Node]:
@@ -533,7 +559,7 @@ class _Emitter:
     def _fused(self, s: lp.FusedNest) -> list[_Node]:
         """Sibling nests fused for the CPU run here one after another: each part is
         spread over the threads by its own destination."""
-        return [n for p in s.parts for n in self._CONVERT[type(p)](self, p)]
+        return [n for p in s.parts for n in _CONVERT[type(p)](self, p)]
 
     def _dest_vars(self, dest: lp.BufWrite, ext: Mapping[str, Expr]
                    ) -> tuple[tuple[str, Expr], ...]:
@@ -573,7 +599,7 @@ class _Emitter:
             return lp.BufRead(o.buffer, idx, o.version, DType.F32)
         view = self.views[o.window.view]
         home = self.homes[o.staging]
-        if home.space is Space.THREADGROUP:
+        if home.space is not Space.THREAD:
             sv = tuple(Sym(v) for v in _vars(2))
             read = lp.ViewRead(view.name, tuple(add(off, x) for off, x in
                                                 zip(o.window.offsets, sv, strict=True)),
@@ -610,13 +636,6 @@ class _Emitter:
     def _note(self, s: lp.Note) -> list[_Node]:
         return [_Comment(s.text)]
 
-    _CONVERT: dict[type, Callable[[_Emitter, lp.Stmt], list[_Node]]] = {
-        lp.Nest: _nest, lp.ReduceNest: _reduce, lp.FusedNest: _fused,  # type: ignore
-        lp.Mma: _mma, lp.Loop: _loop,  # type: ignore[dict-item]
-        lp.Pipeline: _pipeline, lp.Parallel: _parallel, lp.Barrier: _barrier,  # type: ignore
-        lp.Note: _note,  # type: ignore[dict-item]
-    }
-
     def _describe(self, dest: lp.BufWrite | lp.ViewWrite) -> str:
         if isinstance(dest, lp.ViewWrite):
             return f"store {dest.window}"
@@ -645,8 +664,9 @@ class _Emitter:
             xname = f"{src.name}.x{self.counter}"
             xbuf = lp.Buffer(xname, src.dtype, dense(src.shape), "exchange", "shared",
                              role="exchange", note=f"exchange of %{src.name}")
-            n = self.static(product(src.shape), f"exchange of %{src.name}",
-                            f"the {src.dtype} pool", src.dtype.itemsize)
+            n = self.static(product(src.shape), f"exchange of %{src.name}")
+            self.limit(f"the {src.dtype} pool", f"exchange of %{src.name}",
+                       product(src.shape), n, src.dtype.itemsize)
             self.homes[xname] = _Home(xbuf, Space.THREADGROUP, "", n, exchange=True,
                                       pooled=True)
             wanted[(r.buffer, r.version)] = xname
@@ -705,7 +725,8 @@ class _Emitter:
         items: list[tuple[str, int]] = []
         for h in self.homes.values():
             if h.space is Space.THREADGROUP and not h.pooled:
-                items.append((f"%{h.buffer.name}", h.capacity * h.buffer.dtype.itemsize))
+                ver = f" ({h.buffer.versions} versions)" if h.buffer.versions > 1 else ""
+                items.append((f"%{h.buffer.name}{ver}", h.capacity * h.buffer.dtype.itemsize))
         for dt, (_, n) in self.pools.items():
             members = [h for h in self.homes.values() if h.pooled and h.buffer.dtype is dt
                        and h.array]
@@ -752,9 +773,12 @@ class _Emitter:
                 key, lo, hi, cls = f"view {name}", 0, _WHOLE, "global"
             else:
                 h = self.homes[name]
-                if h.space is not Space.THREADGROUP:
+                if h.space is Space.THREAD:
                     return
-                key, lo, hi, cls = h.array, h.offset, h.offset + max(h.capacity, 1), "shared"
+                if h.space is Space.DEVICE:
+                    key, lo, hi, cls = f"%{name}", 0, _WHOLE, "global"
+                else:
+                    key, lo, hi, cls = h.array, h.offset, h.offset + max(h.capacity, 1), "shared"
                 aligned = aligned and not h.exchange
                 name = f"%{name}"
             loop, shift = None, 0
@@ -855,6 +879,9 @@ class _Emitter:
     def emit(self) -> MslKernel:
         self.place_buffers()
         nodes = self.convert(self.segment.body)
+        used = {b for w in _walk_works(nodes) for b, _ in _work_buffers(w)}
+        self.homes = {k: h for k, h in self.homes.items() if k in used}
+        self.place_device()
         self.assign_pools(nodes)
         tg_bytes, thread_bytes = self.check_capacity()
         nodes, _ = self.place_barriers(nodes, [], ())
@@ -894,6 +921,9 @@ class _Printer:
         for p in self.em.program.params:
             out.append(MslParam(self.sym(p.name), len(out), "view", p.name, p.dtype,
                                 p.readonly))
+        for dt, (array, per_group) in self.em.scratch.items():
+            out.append(MslParam(array, len(out), "scratch", f"device scratch ({dt})", dt,
+                                False, per_group))
         for s in self.em.program.symbols:
             out.append(MslParam(self.sym(s), len(out), "symbol", s, None, True))
         return out
@@ -933,7 +963,7 @@ class _Printer:
     # ------------------------------------------------------------------ elements
 
     def elem(self, e: lp.Elem, w: _Work) -> str:
-        return self._ELEM[type(e)](self, e, w)
+        return _ELEM[type(e)](self, e, w)
 
     def _lit(self, e: lp.Lit, w: _Work) -> str:
         return tb.literal(e.value, e.dtype)
@@ -972,12 +1002,6 @@ class _Printer:
     def _cast(self, e: lp.Cast, w: _Work) -> str:
         return tb.CAST.format(t=_scalar(e.dtype), x=self.elem(e.x, w))
 
-    _ELEM: dict[type, Callable[[_Printer, lp.Elem, _Work], str]] = {
-        lp.Lit: _lit, lp.IndexOf: _indexof, lp.ViewRead: _viewread,  # type: ignore[dict-item]
-        lp.BufRead: _bufread, lp.Unary: _unary, lp.Binary: _binary,  # type: ignore[dict-item]
-        lp.Select: _select, lp.Cast: _cast,  # type: ignore[dict-item]
-    }
-
     def buffer_ref(self, name: str, index: tuple[Expr, ...], version: Expr, w: _Work) -> str:
         h = self.em.homes[name]
         buf = h.buffer
@@ -995,11 +1019,14 @@ class _Printer:
             mask = ((1 << sw.bits) - 1) << (sw.base + sw.shift)
             text = f"pl_swizzle({_strip(text)}, {mask}, {sw.shift})"
         base: Expr = Const(h.offset)
+        array = h.array
+        if h.space is Space.DEVICE:
+            base, array = h.base, _group_pointer(buf.dtype)
         if buf.versions > 1:
             base = add(base, mul(version, buf.version_stride()))
         if base != Const(0):
             text = f"{self.index(base)} + {_strip(text)}"
-        return f"{h.array}[{_strip(text)}]"
+        return f"{array}[{_strip(text)}]"
 
     def mask(self, index: tuple[Expr, ...], window: lp.Window, view: lp.ViewParam) -> str:
         conds = []
@@ -1015,13 +1042,14 @@ class _Printer:
                thread_bytes: int) -> str:
         em = self.em
         body: list[str] = []
-        body.append("  const long tid = long(tid_);")
+        body.append("  const long tid_ = long(tid_pos_);")
+        body.append("  const long gid_ = long(tg_pos_);")
         seg = em.segment
         if seg.parallel:
-            body.append("  const long gid = long(tg_);")
-            body.extend(self.decompose("gid", seg.vars, seg.extents, "  "))
-        else:
-            body.append("  (void)tg_;")
+            body.extend(self.decompose("gid_", seg.vars, seg.extents, "  "))
+        for dt, (array, per_group) in em.scratch.items():
+            body.append(f"  device {_scalar(dt)}* {_group_pointer(dt)} = {array} + gid_ * "
+                        f"{self.expr(per_group)};  // this group's region of {array}")
         decls = self.declarations()
         main = self.nodes(nodes, "  ")
         text_main = "\n".join(main)
@@ -1052,7 +1080,7 @@ class _Printer:
             lines.append(f"// note: {n}")
         for n in em.program.notes:
             lines.append(f"// note: {n}")
-        return lines + [""]
+        return [*lines, ""]
 
     def helpers(self, text: str) -> list[str]:
         used: list[str] = []
@@ -1073,6 +1101,10 @@ class _Printer:
                 assert p.dtype is not None
                 decls.append(tb.VIEW_PARAM[p.readonly].format(t=_scalar(p.dtype), name=p.name,
                                                               index=p.index))
+            elif p.role == "scratch":
+                assert p.dtype is not None
+                decls.append(tb.SCRATCH_PARAM.format(t=_scalar(p.dtype), name=p.name,
+                                                     index=p.index))
             else:
                 decls.append(tb.SYMBOL_PARAM.format(name=p.name, index=p.index))
         decls.extend(f"{t} {n} [[{a}]]" for t, n, a in tb.POSITION_PARAMS)
@@ -1087,31 +1119,36 @@ class _Printer:
         em = self.em
         lines: list[str] = []
         for h in em.homes.values():
-            if h.exchange:
+            if h.pooled:
                 continue
-            b = h.buffer
-            shape = ", ".join(map(str, b.shape))
-            lay = "" if b.layout.strides == dense(b.shape).strides and not b.layout.swizzles \
-                else " stride [" + ", ".join(map(str, b.layout.strides)) + "]" + "".join(
-                    f" {sw}" for sw in b.layout.swizzles)
-            ver = f" x{b.versions}" if b.versions > 1 else ""
-            how = ("per-thread slice, " + f"{h.slots} of each version per thread"
+            if h.space is Space.DEVICE:
+                lines.append(f"  // {_describe_buffer(h.buffer)}: in {h.array}, this group's "
+                             f"region from {h.base}")
+                continue
+            how = (f"per-thread slice, {h.slots} of each version per thread"
                    if h.space is Space.THREAD else "threadgroup array")
-            lines.append(f"  // %{b.name}: {b.dtype}[{shape}]{lay}{ver}, {b.role} in "
-                         f"{b.resource}: {how}")
-            lines.append("  " + tb.ARRAY_DECL[h.space].format(t=_scalar(b.dtype), name=h.array,
+            lines.append(f"  // {_describe_buffer(h.buffer)}: {how}")
+            lines.append("  " + tb.ARRAY_DECL[h.space].format(t=_scalar(h.buffer.dtype),
+                                                              name=h.array,
                                                               n=max(h.capacity, 1)))
-        for dt, n in em.exchange.items():
-            lines.append(f"  // exchange areas: per-thread slices published for other "
-                         f"threads ({dt})")
+        for dt, (array, n) in em.pools.items():
+            lines.append(f"  // {dt} temporaries in threadgroup memory, sharing storage when "
+                         "their lifetimes do not overlap:")
+            members = sorted((h for h in em.homes.values() if h.pooled and h.array == array),
+                             key=lambda h: (h.offset, h.buffer.name))
+            for h in members:
+                what = (f"exchange area for the per-thread slices of "
+                        f"%{h.buffer.name.rsplit('.x', 1)[0]}" if h.exchange
+                        else _describe_buffer(h.buffer))
+                lines.append(f"  //   [{h.offset}, {h.offset + h.capacity}) {what}")
             lines.append("  " + tb.ARRAY_DECL[Space.THREADGROUP].format(
-                t=_scalar(dt), name=em.exchange_arrays[dt], n=max(n, 1)))
+                t=_scalar(dt), name=array, n=max(n, 1)))
         return lines
 
     def nodes(self, nodes: Iterable[_Node], ind: str) -> list[str]:
         out: list[str] = []
         for n in nodes:
-            out.extend(self._NODE[type(n)](self, n, ind))
+            out.extend(_NODE[type(n)](self, n, ind))
         return out
 
     def _sync(self, n: _Sync, ind: str) -> list[str]:
@@ -1122,7 +1159,7 @@ class _Printer:
         return [f"{ind}// {n.text}"]
 
     def _loop(self, n: _Loop, ind: str) -> list[str]:
-        it = f"it_{self.depth}"
+        it = f"it{self.depth}_"
         self.depth += 1
         trip = self.expr(product(n.extents))
         lines = [f"{ind}// {n.comment}",
@@ -1133,7 +1170,7 @@ class _Printer:
         return [*lines, f"{ind}}}"]
 
     def _pipe(self, n: _Pipe, ind: str) -> list[str]:
-        t, it = f"t_{self.depth}", f"it_{self.depth}"
+        t, it = f"t{self.depth}_", f"it{self.depth}_"
         self.depth += 1
         trip = _strip(self.expr(product(n.extents)))
         lag = max(st.lag for st in n.stages)
@@ -1192,7 +1229,7 @@ class _Printer:
         total = _strip(self.expr(product(tuple(e for _, e in w.dist))))
         head = [f"{ind}// {w.comment}"] if w.comment else []
         return [*head,
-                f"{ind}for (long l_ = tid; l_ < {total}; l_ += {self.em.threads}) {{",
+                f"{ind}for (long l_ = tid_; l_ < {total}; l_ += {self.em.threads}) {{",
                 *decomp, *body, f"{ind}}}"]
 
     def store(self, w: _Work, value: str, ind: str) -> list[str]:
@@ -1218,10 +1255,103 @@ class _Printer:
             out.append(f"{ind}const long {self.sym(v)} = {q};")
         return out
 
-    _NODE: dict[type, Callable[[_Printer, _Node, str], list[str]]] = {
-        _Work: _work, _Sync: _sync, _Loop: _loop, _Pipe: _pipe,  # type: ignore[dict-item]
-        _Comment: _comment,  # type: ignore[dict-item]
-    }
+
+
+#: Loop-program statement -> its conversion into spread statements.
+_CONVERT: dict[type, Callable[[_Emitter, Any], list[_Node]]] = {
+    lp.Nest: _Emitter._nest, lp.ReduceNest: _Emitter._reduce, lp.FusedNest: _Emitter._fused,
+    lp.Mma: _Emitter._mma, lp.Loop: _Emitter._loop, lp.Pipeline: _Emitter._pipeline,
+    lp.Parallel: _Emitter._parallel, lp.Barrier: _Emitter._barrier, lp.Note: _Emitter._note,
+}
+#: Element expression -> its printer.
+_ELEM: dict[type, Callable[[_Printer, Any, _Work], str]] = {
+    lp.Lit: _Printer._lit, lp.IndexOf: _Printer._indexof, lp.ViewRead: _Printer._viewread,
+    lp.BufRead: _Printer._bufread, lp.Unary: _Printer._unary, lp.Binary: _Printer._binary,
+    lp.Select: _Printer._select, lp.Cast: _Printer._cast,
+}
+#: Spread statement -> its printer.
+_NODE: dict[type, Callable[[_Printer, Any, str], list[str]]] = {
+    _Work: _Printer._work, _Sync: _Printer._sync, _Loop: _Printer._loop,
+    _Pipe: _Printer._pipe, _Comment: _Printer._comment,
+}
+
+
+def _describe_buffer(b: lp.Buffer) -> str:
+    shape = ", ".join(map(str, b.shape))
+    lay = ""
+    if b.layout.strides != dense(b.shape).strides or b.layout.swizzles:
+        lay = " stride [" + ", ".join(map(str, b.layout.strides)) + "]" + "".join(
+            f" {sw}" for sw in b.layout.swizzles)
+    ver = f" x{b.versions}" if b.versions > 1 else ""
+    return f"%{b.name}: {b.dtype}[{shape}]{lay}{ver}, {b.role} in {b.resource}"
+
+
+def _work_buffers(w: _Work) -> list[tuple[str, bool]]:
+    """(buffer, is_write) for every buffer a statement touches."""
+    out = [(w.dest.buffer, True)] if isinstance(w.dest, lp.BufWrite) else []
+    out.extend((r.buffer, False) for r in _reads(w) if isinstance(r, lp.BufRead))
+    return out
+
+
+def _walk_works(nodes: Iterable[_Node]) -> Iterable[_Work]:
+    for n in nodes:
+        if isinstance(n, _Work):
+            yield n
+        elif isinstance(n, _Loop):
+            yield from _walk_works(n.body)
+        elif isinstance(n, _Pipe):
+            for st in n.stages:
+                yield from _walk_works(st.body)
+
+
+def _lifetimes(nodes: list[_Node], homes: Mapping[str, _Home]) -> dict[str, tuple[int, int]]:
+    """[first, last] statement positions of each pooled buffer, over whole loops when its
+    value may cross a loop's back edge (read before written in the body, several
+    versions, used inside and outside, or first written in a nested loop or a stage)."""
+    records: dict[str, list[tuple[int, bool, tuple[int, ...]]]] = {}
+    spans: dict[int, tuple[int, int]] = {}
+    loops: set[int] = set()
+    pos = 0
+    next_id = 0
+
+    def walk(body: Iterable[_Node], stack: tuple[int, ...]) -> None:
+        nonlocal pos, next_id
+        for n in body:
+            if isinstance(n, _Work):
+                pos += 1
+                for name, write in _work_buffers(n):
+                    if homes[name].pooled:
+                        records.setdefault(name, []).append((pos, write, stack))
+            elif isinstance(n, _Loop | _Pipe):
+                sid, next_id = next_id, next_id + 1
+                loops.add(sid)
+                start = pos + 1
+                if isinstance(n, _Loop):
+                    walk(n.body, (*stack, sid))
+                for st in n.stages if isinstance(n, _Pipe) else ():
+                    stage_id, next_id = next_id, next_id + 1
+                    walk(st.body, (*stack, sid, stage_id))
+                spans[sid] = (start, pos)
+
+    walk(nodes, ())
+    out: dict[str, tuple[int, int]] = {}
+    for name, recs in records.items():
+        lo, hi = min(r[0] for r in recs), max(r[0] for r in recs)
+        first = min(recs)
+        for sid in {s for r in recs for s in r[2] if s in loops}:
+            inside = all(sid in r[2] for r in recs)
+            depth = first[2].index(sid) if sid in first[2] else -1
+            direct = first[2][depth + 1:]  # a pipeline's stage, or nothing for a loop
+            same = all(r[2][depth + 1:] == direct for r in recs) if inside else False
+            definite = first[1] and inside and len(direct) <= 1 and same
+            if not definite or homes[name].buffer.versions > 1:
+                lo, hi = min(lo, spans[sid][0]), max(hi, spans[sid][1])
+        out[name] = (lo, hi)
+    return out
+
+
+def _group_pointer(dtype: DType) -> str:
+    return f"group_{dtype.value}_"
 
 
 def _flag_order(cls: str) -> int:

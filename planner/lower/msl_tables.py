@@ -41,6 +41,7 @@ __all__ = [
     "REDUCE_COMBINE",
     "REDUCE_IDENTITY",
     "RESERVED",
+    "SCRATCH_PARAM",
     "SPECIAL_FLOATS",
     "SYMBOL_PARAM",
     "SYNC_RULE_CLASSES",
@@ -68,6 +69,7 @@ class Space(StrEnum):
 
     THREADGROUP = "threadgroup"  # one array per threadgroup, visible to all its threads
     THREAD = "thread"  # per-thread slices (registers): each thread holds what it computes
+    DEVICE = "device"  # a per-group region of a device scratch buffer the host allocates
 
 
 #: Element types of the subset, by IR dtype.
@@ -84,10 +86,12 @@ INDEX_TYPE = "long"
 
 #: Catalog resource class -> where the Metal kernel keeps it (S17).  A class missing
 #: here has no home in an emitted kernel and is refused with a diagnostic.
-PLACEMENT: dict[str, Space] = {"shared": Space.THREADGROUP, "private": Space.THREAD}
+PLACEMENT: dict[str, Space] = {"shared": Space.THREADGROUP, "private": Space.THREAD,
+                               "global": Space.DEVICE}
 
 #: Array declarations at kernel function scope (statically sized, no initializer).
-#: ``thread`` is the default address space of a local, so its arrays are unqualified.
+#: ``thread`` is the default address space of a local, so its arrays are unqualified;
+#: device scratch is a kernel parameter (``SCRATCH_PARAM``), not a declaration.
 ARRAY_DECL: dict[Space, str] = {
     Space.THREADGROUP: "threadgroup {t} {name}[{n}];",
     Space.THREAD: "{t} {name}[{n}];",
@@ -115,9 +119,10 @@ VIEW_PARAM: dict[bool, str] = {
     False: "device {t}* {name} [[buffer({index})]]",
 }
 SYMBOL_PARAM = "constant long& {name} [[buffer({index})]]"
+SCRATCH_PARAM = "device {t}* {name} [[buffer({index})]]"
 POSITION_PARAMS: tuple[tuple[str, str, str], ...] = (
-    ("uint", "tg_", "threadgroup_position_in_grid"),
-    ("uint", "tid_", "thread_index_in_threadgroup"),
+    ("uint", "tg_pos_", "threadgroup_position_in_grid"),
+    ("uint", "tid_pos_", "thread_index_in_threadgroup"),
 )
 
 UNARY: dict[tuple[UnaryFn, Kind], str] = {
@@ -217,7 +222,8 @@ HELPERS: dict[str, str] = {
 HELPER_DEPENDS: dict[str, tuple[str, ...]] = {"pl_mod": ("pl_floordiv",)}
 
 #: Identifiers an emitted name must not take (MSL/C++ keywords, the subset's attribute
-#: macros and library names, and the emitter's own locals).
+#: macros and library names).  The emitter's own locals (``tid_``, ``l_``, ``acc_``,
+#: ``t0_``, ...) end with ``_``, which a name made from the IR never does.
 RESERVED: frozenset[str] = frozenset({
     "kernel", "device", "constant", "threadgroup", "thread", "buffer", "metal",
     "using", "namespace", "void", "bool", "char", "uchar", "short", "ushort", "int",
@@ -229,8 +235,8 @@ RESERVED: frozenset[str] = frozenset({
     "mem_flags", "threadgroup_barrier", "static_cast", "uint2", "uint3", "ushort2",
     "ushort3", "thread_position_in_grid", "threadgroup_position_in_grid",
     "thread_position_in_threadgroup", "threads_per_threadgroup", "threadgroups_per_grid",
-    "threads_per_grid", "thread_index_in_threadgroup", "tg_", "tid_", "tid", "l_", "t_",
-    "it_", "acc_", *HELPERS,
+    "threads_per_grid", "thread_index_in_threadgroup", "simd", "vec", "packed", "atomic",
+    "array", "texture", "sampler", "half2", "float2", "float3", "float4", *HELPERS,
 })
 
 

@@ -120,7 +120,8 @@ def format_comparison(c: Comparison) -> str:
         rows.append(["(every edge decided the same way)", *("" for _ in c.labels)])
     rows.append([f"edges decided alike: {c.same_edges}", *("" for _ in c.labels)])
     for pk in c.peaks:
-        cells = [f"{fmt_size(p)} of {fmt_size(cap)}" if p is not None else "–"
+        cells = ["–" if p is None else fmt_size(p) if cap is None
+                 else f"{fmt_size(p)} of {fmt_size(cap)}"
                  for p, cap in zip(pk.peaks, pk.capacities, strict=True)]
         rows.append([f"peak {pk.resource}", *cells])
     rows.append(["estimated time", *(fmt_ns(t) if t is not None else "infeasible"

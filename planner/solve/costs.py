@@ -582,6 +582,14 @@ class _Ctx:
     node_by_name: dict[str, str] = field(default_factory=dict)
     static_infeasible: list[str] = field(default_factory=list)
     chains: dict[str, float | None] = field(default_factory=dict)
+    execs: dict[int, int] = field(default_factory=dict)
+    access: dict[tuple[str, str, tuple[Operation, ...]], bool] = field(default_factory=dict)
+
+    def accessible(self, r: Resource, scope: str, ops: tuple[Operation, ...]) -> bool:
+        key = (r.name, scope, ops)
+        if key not in self.access:
+            self.access[key] = self.fig.accessible(r, scope, ops)
+        return self.access[key]
 
 
 def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
@@ -620,11 +628,18 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     used = [r.name for r in target.resources if any(r.name == n for n, _ in capacities)]
     for e in edges:
         if not any(e.legal(c) for c in CHOICES):
-            ctx.static_infeasible.append(f"{e.edge_id}: no legal choice ("
-                                         + "; ".join(w for _, w in e.illegal) + ")")
+            ctx.static_infeasible.append(f"{e.edge_id}: no legal choice ({illegal_text(e)})")
     return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
                    tuple(values), tuple(edges), tuple(memories), points, tuple(live),
                    capacities, constant, tuple(ctx.static_infeasible), tuple(used))
+
+
+def illegal_text(e: Edge) -> str:
+    """``fused, recomputed: <why>; materialized: <why>``: the edge's forbidden choices."""
+    by_reason: dict[str, list[str]] = {}
+    for c, why in e.illegal:
+        by_reason.setdefault(why, []).append(c.value)
+    return "; ".join(f"{', '.join(cs)}: {why}" for why, cs in by_reason.items())
 
 
 def _value_nodes(g: nx.MultiDiGraph) -> set[str]:
@@ -735,6 +750,13 @@ def _points(ctx: _Ctx) -> dict[int, Point]:
 
 
 def _executions(ctx: _Ctx, d: Mapping[str, object]) -> int:
+    key = int(d["order"])  # type: ignore[call-overload]
+    if key not in ctx.execs:
+        ctx.execs[key] = _count_executions(ctx, d)
+    return ctx.execs[key]
+
+
+def _count_executions(ctx: _Ctx, d: Mapping[str, object]) -> int:
     instances = _eval(d["instances"], ctx.env)  # type: ignore[arg-type]
     if instances <= 0:
         return 0
@@ -1014,7 +1036,7 @@ def _placements(ctx: _Ctx, d: Mapping[str, object], scope: str, shape: tuple[int
         if r.resource_class == "private":
             continue  # registers hold virtual values; they are not addressable buffers
         _, reason = fig.capacity_for(r, scope)
-        if reason or not fig.accessible(r, scope, _writer_ops(str(d["kind"]))):
+        if reason or not ctx.accessible(r, scope, _writer_ops(str(d["kind"]))):
             continue
         sync, sync_cycles = fig.sync_rule(r, scope)
         banks = (r.banks.count, r.banks.width) if r.banks is not None else None
@@ -1038,7 +1060,7 @@ def _with_reads(ctx: _Ctx, e: Edge, v: Value) -> Edge:
     why: list[str] = []
     for p in v.placements:
         r = ctx.target.resource(p.resource)
-        if not fig.accessible(r, cscope, _reader_ops(e.consumer_kind)):
+        if not ctx.accessible(r, cscope, _reader_ops(e.consumer_kind)):
             reads.append(None)
             why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}")
             continue

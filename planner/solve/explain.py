@@ -34,6 +34,7 @@ from planner.solve.costs import (
     Problem,
     allowed_choices,
     evaluate,
+    illegal_text,
     total,
 )
 from planner.solve.model import (
@@ -107,7 +108,7 @@ def _phrase(problem: Problem, restrictions: Restrictions | None, baseline: Basel
     if g.kind == "baseline" and baseline is not None:
         want = " or ".join(sorted(c.value for c in (restrictions or {}).get(e.index, ())))
         return f"{describe(baseline, problem, e)}: {e.edge_id} must be {want}"
-    reasons = [f"{c.value}: {why}" for c, why in e.illegal]
+    reasons = [illegal_text(e)] if e.illegal else []
     v = problem.values[e.value]
     bad = [f"{v.placements[q].resource} ({why})" for q, why in enumerate(e.not_admissible)
            if why]

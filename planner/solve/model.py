@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from planner.errors import Diagnostic, PlannerError
+
 from planner.solve.costs import (
     CHOICES,
     FUSED,
@@ -54,6 +56,7 @@ from planner.solve.plan import Decision
 Restrictions = Mapping[int, frozenset[Decision]]
 Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
 
+_EXACT = 2**50  # keep objective sums well inside double precision (CP-SAT's LP)
 _RANK = {FUSED: 0, VIRTUAL: 1, RECOMPUTED: 2, MATERIALIZED: 3}
 
 
@@ -392,18 +395,29 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
+    # Huge shapes give costs whose sum would overflow CP-SAT's 64-bit objective: search
+    # on costs divided by ``scale`` (rounded up); the plan's reported cost is re-evaluated
+    # exactly afterwards, so only near-ties between plans can be lost to the rounding.
+    cost_sum = sum(c for _, c in bm.cost)
+    scale = max(1, -(-cost_sum // _EXACT))
+    costs = [(lit, -(-c // scale)) for lit, c in bm.cost]
     weight = sum(c for _, c in bm.tiebreak) + 1
-    bm.model.Minimize(sum(c * weight * lit for lit, c in bm.cost if c)
-                      + sum(c * lit for lit, c in bm.tiebreak if c))
+    if scale > 1 or weight * cost_sum >= _EXACT:
+        weight = 1  # a preference would cost the LP its precision: plain cost only
+    bm.model.Minimize(sum(c * weight * lit for lit, c in costs if c)
+                      + (sum(c * lit for lit, c in bm.tiebreak if c) if weight > 1 else 0))
     solver = _solver(time_limit_s, workers)
     callback = _Progress(progress, offset, weight) if progress is not None else None
     status = solver.Solve(bm.model, callback)
     seconds = time.perf_counter() - start
+    if status == cp_model.MODEL_INVALID:
+        raise PlannerError(Diagnostic("internal error: CP-SAT rejected the planning model: "
+                                      + bm.model.Validate()[:500]), kind="internal")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
         return SolveResult(name, None, 0, 0, seconds)
-    best = round(solver.ObjectiveValue()) // weight
-    bound = round(solver.BestObjectiveBound()) // weight
+    best = round(solver.ObjectiveValue()) // weight * scale
+    bound = round(solver.BestObjectiveBound()) // weight * scale
     status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
     return SolveResult(status_name, decode(bm, solver), best + offset, bound + offset, seconds)
 

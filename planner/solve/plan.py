@@ -122,7 +122,7 @@ class MaterializationPlan:
     breakdown: dict[str, int]  # "compute", "traffic", "barriers", "bank_conflicts", ...
     status: Status
     gap: float = 0.0
-    solve_time_s: float = 0.0
+    solve_time_s: float = 0.0  # CP-SAT search (and, when infeasible, the explanation)
     proofs: tuple[ProofSummary, ...] = ()
     explanation: tuple[str, ...] = ()  # for infeasible plans: the violated groups, numbers
     content_hash: str = ""  # of kernel text, catalog, bindings, policy, baseline

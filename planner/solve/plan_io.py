@@ -249,8 +249,11 @@ def fmt_size(n: int | None) -> str:
 
 
 def fmt_ns(n: int) -> str:
-    if n >= 10_000_000:
-        return f"{n / 1e6:,.1f} ms"
+    """``950 ns``, ``12.5 us``, ``3.08 ms``, ``1.25 s``."""
+    if n >= 1_000_000_000:
+        return f"{n / 1e9:,.2f} s"
+    if n >= 1_000_000:
+        return f"{n / 1e6:,.2f} ms"
     if n >= 10_000:
         return f"{n / 1e3:,.1f} us"
     return f"{n:,} ns"

@@ -8,8 +8,11 @@ The steps are fixed and each is a library call of its own:
 3. a baseline, if asked for, becomes per-edge restrictions
    (:mod:`planner.solve.baselines`);
 4. :func:`planner.solve.model.build_model` / :func:`~planner.solve.model.solve`
-   minimize estimated time with CP-SAT (fixed seed; a single-worker tie-break pass
-   makes equal-cost optima come out the same every run);
+   minimize estimated time with CP-SAT (fixed seed, ties broken by a fixed preference
+   inside the objective, so equal inputs give the same plan); when the time limit
+   passes without any solution, the greedy heuristic of
+   :mod:`planner.solve.baselines` is returned as a feasible plan (gap against the
+   solver's bound);
 5. the decisions are re-evaluated by the pure-Python reference
    (:func:`planner.solve.costs.evaluate`), which attributes every cost term to an
    edge; an infeasible model gets an explanation (:mod:`planner.solve.explain`).
@@ -79,8 +82,12 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
                 policy: Policy | str = Policy.DEFAULT, baseline: Baseline | str | None = None,
                 time_limit_s: float = 10.0, workers: int = 2,
                 progress: Progress | None = None) -> MaterializationPlan:
-    """Plan every live edge of ``kernel`` on ``target``; see the module docstring."""
-    start = time.perf_counter()
+    """Plan every live edge of ``kernel`` on ``target``; see the module docstring.
+
+    ``time_limit_s`` bounds the CP-SAT search (building the model and the proofs come on
+    top); ``workers`` is CP-SAT's number of search workers; ``progress(best, bound,
+    seconds)`` is called on every improving solution.
+    """
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
     problem = build_problem(kernel, target, bindings, policy)
@@ -89,22 +96,30 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     digest = content_hash(kernel, target, bindings, policy, base)
     header = _Header(problem, policy, base, proofs, digest)
     if problem.static_infeasible:
-        return header.infeasible(problem.static_infeasible, time.perf_counter() - start)
-    hint = greedy_assignment(problem, restrictions)
-    bm = build_model(problem, restrictions, hint=hint)
-    left = max(0.05, time_limit_s - (time.perf_counter() - start))
-    result = solve(bm, time_limit_s=left, workers=workers, progress=progress)
+        return header.infeasible(problem.static_infeasible, 0.0)
+    # Capacity is the CP-SAT model's own business (it trades versions and placement and
+    # explains the binding group); any other refuted proof makes every plan illegal.
+    refuted = tuple(f"proof {p.name} refuted: {p.detail}" for p in proofs
+                    if p.status == "refuted" and p.name != "capacity")
+    if refuted:
+        return header.infeasible(refuted, 0.0)
+    bm = build_model(problem, restrictions)
+    result = solve(bm, time_limit_s=time_limit_s, workers=workers, progress=progress)
     if result.assignment is not None:
         return header.solved(result.assignment, restrictions, result.status == "optimal",
-                             result.bound, time.perf_counter() - start)
-    if result.status == "unknown" and hint is not None:
-        return header.solved(hint, restrictions, False, 0, time.perf_counter() - start)
+                             result.bound, result.wall_s)
+    # No solution in time: the greedy heuristic is the fallback (as a CP-SAT hint it
+    # slowed the search down on large graphs, so it is only computed here).
+    fallback = greedy_assignment(problem, restrictions) if result.status == "unknown" else None
+    if fallback is not None:
+        return header.solved(fallback, restrictions, False, result.bound, result.wall_s)
     if result.status == "unknown":
         raise PlannerError(Diagnostic(
             f"no plan for {kernel.name} on {target.name} within {time_limit_s:g} s (neither a "
             "solution nor a proof of infeasibility); raise --time-limit"), kind="timeout")
+    start = time.perf_counter()
     lines = explain_infeasible(problem, restrictions, base, max(1.0, time_limit_s / 2))
-    return header.infeasible(lines, time.perf_counter() - start)
+    return header.infeasible(lines, result.wall_s + time.perf_counter() - start)
 
 
 def _enum(cls: type[E], value: object, what: str) -> E:

@@ -105,15 +105,16 @@ def test_malformed_kernels_are_422_with_a_location(client: httpx.Client) -> None
     assert err["location"]["file"] == "<request>" and err["location"]["line"] > 1
 
 
-def test_deeply_nested_expressions_are_413(client: httpx.Client) -> None:
+def test_deeply_nested_expressions_are_a_located_422(client: httpx.Client) -> None:
     kernel = copy.deepcopy(KERNEL)
     kernel["params"][0]["type"]["shape"][0] = "(" * 2000 + "M" + ")" * 2000
-    error_of(client.post("/v1/plan", json={"kernel": kernel, "bindings": BINDINGS}), 413,
-             "too-large")
+    err = error_of(client.post("/v1/plan", json={"kernel": kernel, "bindings": BINDINGS}), 422)
+    assert "nested deeper than 64 levels" in err["message"]
     text = print_kernel(SOFTMAX.kernel).replace("[M, N]", "[" + "(" * 2000 + "M" + ")" * 2000
                                                 + ", N]", 1)
-    error_of(client.post("/v1/plan", json={"kernel": text, "bindings": BINDINGS}), 413,
-             "too-large")
+    err = error_of(client.post("/v1/plan", json={"kernel": text, "bindings": BINDINGS}), 422,
+                   "parse")
+    assert "nested deeper than 64 levels" in err["message"]
 
 
 @pytest.mark.parametrize(("strides", "kind", "words"), [

@@ -112,7 +112,7 @@ def test_plan_text_ir_needs_bindings(capsys: pytest.CaptureFixture[str], tmp_pat
     assert code == 1 and "unbound symbol(s) M, N" in err
     code, out, _ = run(capsys, "plan", str(path), "--bind", "M=100", "--bind", "N=70", "--json")
     assert code == 0
-    code2, out2, _ = run(capsys, "plan", SOFTMAX, "--json")
+    _, out2, _ = run(capsys, "plan", SOFTMAX, "--json")
     assert json.loads(out)["objective"] == json.loads(out2)["objective"]
 
 
