@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from planner.errors import Diagnostic, PlannerError
-
 from planner.solve.costs import (
     CHOICES,
     FUSED,
