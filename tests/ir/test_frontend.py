@@ -49,7 +49,7 @@ def test_s1_rebinding_in_a_temporal_region_becomes_a_loop_carried_value():
 
 def test_ops_record_the_users_file_and_line():
     kernel = manual_gemm.kernel()
-    src, first = inspect.getsourcelines(manual_gemm)
+    src, _ = inspect.getsourcelines(manual_gemm)
     lines = {op.SPEC.name: op.loc.line for op in kernel.walk()}
     mma_line = next(i for i, t in enumerate(src, 1) if "acc = mma(" in t)
     assert lines["tile.mma"] == mma_line
