@@ -22,7 +22,6 @@ from planner.catalog import Target
 from planner.errors import error
 from planner.ir.core import Kernel
 from planner.ir.interpreter import bind_symbols
-from planner.ir.types import ViewType
 from planner.lower.metal_emulator import Order, RunReport, compile_msl
 from planner.lower.msl_emitter import MslKernel, emit_msl
 from planner.solve.plan import MaterializationPlan
@@ -98,8 +97,3 @@ def run_msl(kernel: Kernel, plan: MaterializationPlan | None, target: Target,
     """
     return dispatch(kernel, plan, target, arrays, bindings, order).outputs
 
-
-def writable_views(kernel: Kernel) -> tuple[str, ...]:
-    """The names of the kernel's writable views (its outputs)."""
-    return tuple(p.name_hint for p in kernel.params
-                 if isinstance(p.type, ViewType) and not p.type.readonly)

@@ -20,11 +20,14 @@ Execution mapping
   each destination element to one thread, which folds the reduced axis in order; an
   ``mma`` is the same threadgroup-cooperative loop with ``k`` as the folded axis
   (each thread computes some output elements over ``k``).
-* **Buffers (S17).**  A buffer the plan puts in a shared-class resource (threadgroup
-  memory: materialized edges, explicit Memory owned by the group, staging) is a
-  kernel-scope ``threadgroup`` array, addressed through its layout (padding, strides
-  and XOR swizzles in the index arithmetic, versions ``version * version_stride``
-  apart).  A buffer in a private-class resource (virtual tiles, registers) is a set of
+* **Buffers (S17).**  Explicit Memory the plan puts in a shared-class resource
+  (threadgroup memory) is a kernel-scope ``threadgroup`` array of its own.  The plan's
+  other threadgroup buffers (materialized edges, staging) and the exchange areas below
+  are compiler temporaries in one ``threadgroup`` pool per element type, where buffers
+  whose lifetimes do not overlap share storage (the plan's capacity counts what is
+  live, not a sum).  Either way a buffer is addressed through its layout: padding,
+  strides and XOR swizzles in the index arithmetic, versions ``version_stride`` apart.
+  A buffer in a private-class resource (virtual tiles, registers) is a set of
   **per-thread slices**: thread ``t`` holds exactly the elements it computes (element
   ``l`` at slot ``l / threads``), in a ``thread`` array of ``ceil(elements / threads)``
   slots per version.  A per-thread slice never moves to threadgroup memory on its own:
@@ -32,8 +35,10 @@ Execution mapping
   broadcast, a transpose, an mma operand), the threads first *exchange* them: each
   publishes its slice into a threadgroup exchange area, a barrier follows, and the
   statement reads the exchange area.  This is the layout conversion GPU compilers do
-  through shared memory; exchange areas are compiler temporaries, live only around
-  the statement, and count against threadgroup capacity with everything else.
+  through shared memory; exchange areas live only around the statement and count
+  against threadgroup capacity with everything else.  A buffer in a global-class
+  resource (device memory) lives in this group's region of a device scratch buffer per
+  element type, which the host allocates (``MslParam.role == "scratch"``).
 * **View windows** are read through masks (``ulong(index) < ulong(extent)``, the
   load's fill outside) and written under the same masks; a dimension whose window is
   the whole view is not masked.  An ``mma`` operand read from a view window is copied
@@ -332,7 +337,7 @@ def _vars(n: int) -> tuple[str, ...]:
 
 
 class _Namer:
-    """Unique MSL identifiers from IR names (``%acc_1`` -> ``acc_1``, ``i.0`` -> ``i0``)."""
+    """Unique MSL identifiers from IR names (``%acc_1`` -> ``acc_1``, ``i.0`` -> ``i_0``)."""
 
     def __init__(self) -> None:
         self.used: set[str] = set(tb.RESERVED)
@@ -453,6 +458,7 @@ class _Emitter:
         self.notes: list[str] = []
         self.pools: dict[DType, tuple[str, int]] = {}  # dtype -> (array, elements)
         self.scratch: dict[DType, tuple[str, Expr]] = {}  # dtype -> (param, per group)
+        self.pools_shared = False  # whether pooled temporaries share storage by lifetime
         self.counter = 0
         self.views = {p.name: p for p in program.params}
         self.nonneg_symbols = {e.name for p in program.params for e in p.shape
@@ -692,10 +698,18 @@ class _Emitter:
     # ------------------------------------------------------------------ capacity
 
     def assign_pools(self, nodes: list[_Node]) -> None:
-        """Give pooled temporaries offsets in their type's pool: buffers whose lifetimes
-        do not overlap share storage (the plan's capacity counts live bytes, not sums)."""
+        """Give pooled temporaries offsets in their type's pool.  When everything fits
+        side by side each gets its own storage (reuse would cost write-after-read
+        barriers); otherwise buffers whose lifetimes do not overlap share storage (the
+        plan's capacity counts live bytes, not sums)."""
         live = _lifetimes(nodes, self.homes)
         align = self._threadgroup_alignment()
+        res = self._threadgroup_resource()
+        apart = sum(-(-max(h.capacity, 1) * h.buffer.dtype.itemsize // align) * align
+                    for h in self.homes.values() if h.space is Space.THREADGROUP)
+        self.pools_shared = not (res is None or res.capacity is None or apart <= res.capacity)
+        if not self.pools_shared:
+            live = {name: (0, _WHOLE) for name in live}
         by_type: dict[DType, list[_Home]] = {}
         for h in self.homes.values():
             if h.pooled and h.buffer.name in live:
@@ -1132,8 +1146,9 @@ class _Printer:
                                                               name=h.array,
                                                               n=max(h.capacity, 1)))
         for dt, (array, n) in em.pools.items():
-            lines.append(f"  // {dt} temporaries in threadgroup memory, sharing storage when "
-                         "their lifetimes do not overlap:")
+            how = ("sharing storage when their lifetimes do not overlap" if em.pools_shared
+                   else "side by side")
+            lines.append(f"  // {dt} temporaries in threadgroup memory, {how}:")
             members = sorted((h for h in em.homes.values() if h.pooled and h.array == array),
                              key=lambda h: (h.offset, h.buffer.name))
             for h in members:
@@ -1195,23 +1210,19 @@ class _Printer:
     def _work(self, w: _Work, ind: str) -> list[str]:
         inner = ind + "  "
         body: list[str] = []
-        deep = inner
-        if w.fold is None:
-            for v, e in w.serial:
-                body.append(f"{deep}for (long {self.sym(v)} = 0; {self.sym(v)} < "
-                            f"{self.index(e)}; ++{self.sym(v)}) {{")
-                deep += "  "
-            body.extend(self.store(w, self.elem(w.value, w), deep))
-        else:
-            dt = w.value.dtype
-            kind = tb.kind_of(dt)
+        if w.fold is not None:
+            kind = tb.kind_of(w.value.dtype)
             init = (tb.REDUCE_IDENTITY[(w.fold, kind)] if w.init is None
                     else self.elem(w.init, w))
-            body.append(f"{inner}{_scalar(dt)} acc_ = {init};")
-            for v, e in w.serial:
-                body.append(f"{deep}for (long {self.sym(v)} = 0; {self.sym(v)} < "
-                            f"{self.index(e)}; ++{self.sym(v)}) {{")
-                deep += "  "
+            body.append(f"{inner}{_scalar(w.value.dtype)} acc_ = {init};")
+        deep = inner
+        for v, e in w.serial:  # each thread's own loops, outermost first
+            body.append(f"{deep}for (long {self.sym(v)} = 0; {self.sym(v)} < "
+                        f"{self.index(e)}; ++{self.sym(v)}) {{")
+            deep += "  "
+        if w.fold is None:
+            body.extend(self.store(w, self.elem(w.value, w), deep))
+        else:
             step = tb.REDUCE_COMBINE[(w.fold, kind)].format(acc="acc_",
                                                             x=self.elem(w.value, w))
             body.append(f"{deep}acc_ = {step};")

@@ -109,9 +109,10 @@ def assert_matches(out: dict[str, np.ndarray], ref: dict[str, np.ndarray], what:
 
 
 def filecheck(output: str, checks: str, tmp_path: Path) -> None:
-    """Run the pure-Python FileCheck in process on ``output`` against ``checks``."""
+    """Run the pure-Python FileCheck in process on ``output`` against ``checks`` (whose
+    ``[[`` are MSL attributes, not FileCheck substitutions)."""
     check_file = tmp_path / "checks.metal"
-    check_file.write_text(checks)
+    check_file.write_text(checks.replace("[[", "{{\\[\\[}}"))  # MSL attributes, literally
     opts = Options(match_filename=str(check_file))
     report = io.StringIO()
     with contextlib.redirect_stderr(report), contextlib.redirect_stdout(report):
@@ -294,7 +295,8 @@ def test_virtual_tiles_are_per_thread_slices_with_exchanges(m2: Target) -> None:
     msl = emit_msl(kernel, plan, m2)
     assert re.search(r"^  float r_0\[5\];$", msl.source, re.M)  # 4 x 70 over 64 threads
     assert "exchange area for the per-thread slices of %0" in msl.source
-    assert msl.thread_bytes > 0 and msl.threadgroup_bytes == 4 * 70 * 4
+    assert msl.thread_bytes == 48  # r_0[5] + r_1[1] + r_4[5] + r_5[1]
+    assert msl.source.count("threadgroup_barrier(") == 4  # after each of 4 exchanges
 
 
 @needs_clang
@@ -308,6 +310,24 @@ def test_device_memory_placement_runs(m2: Target) -> None:
     assert "mem_flags::mem_device" in run.kernel.source
     inputs = random_inputs(kernel, bindings)
     assert_matches(run_msl(kernel, plan, m2, inputs), interpret(kernel, inputs), "softmax")
+
+
+@needs_clang
+def test_temporaries_share_storage_when_they_would_not_fit_apart(m2: Target) -> None:
+    """All-materialize attention at D = 24 keeps ~35 KB of temporaries, more than the
+    32 KiB of threadgroup memory side by side; the plan counts only what is live at
+    once, so the pool shares storage by lifetime (and the barriers follow)."""
+    kernel = load_example(EXAMPLES["attention"]).kernel
+    bindings = {"L": 19, "S": 23, "D": 24}
+    plan = plan_kernel(kernel, m2, bindings, baseline="all-materialize")
+    msl = emit_msl(kernel, plan, m2)
+    assert "sharing storage when their lifetimes do not overlap" in msl.source
+    assert msl.threadgroup_bytes <= 32768
+    inputs = random_inputs(kernel, bindings, seed=4)
+    ref = interpret(kernel, inputs, bindings)
+    for order in ("forward", "reverse"):
+        assert_matches(run_msl_kernel(kernel, msl, inputs, bindings, order=order).outputs,
+                       ref, f"attention D=24, {order}")
 
 
 def _relayout(plan: MaterializationPlan, layouts: dict[str, LayoutChoice]
@@ -382,14 +402,14 @@ CHECK-NEXT:  uint tg_pos_ [[threadgroup_position_in_grid]],
 CHECK-NEXT:  uint tid_pos_ [[thread_index_in_threadgroup]]) {
 CHECK:       const long block_m = gid_;
 CHECK:       // f32 temporaries in threadgroup memory
-CHECK-DAG:   %4: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in threadgroup_memory
-CHECK-DAG:   [[OFF:[0-9]+]], {{[0-9]+}}) %0: f32[4, N] stride [N + 1, 1], materialized
-CHECK:       threadgroup float tg_f32[672];
+CHECK-NEXT:  //   [0, 384) %4: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in
+CHECK-NEXT:  //   [384, 667) %0: f32[4, N] stride [N + 1, 1], materialized in threadgroup_memory
+CHECK:       threadgroup float tg_f32[676];
 CHECK:       // %0 (materialized)
 CHECK-NEXT:  for (long l_ = tid_; l_ < 4 * N; l_ += 64) {
-CHECK:       tg_f32[[[OFF]] + (i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ? X[{{.*}}] : 0.0f);
-CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // plan: threadgroup_barrier, %0 written, then read
-CHECK:       acc_ = pl_max(acc_, tg_f32[[[OFF]] + (i_0 * (N + 1)) + i_1]);
+CHECK:       tg_f32[384 + (i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ?
+CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // plan: {{.*}} %0 written, then read
+CHECK:       acc_ = pl_max(acc_, tg_f32[384 + (i_0 * (N + 1)) + i_1]);
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
 CHECK:       tg_f32[pl_swizzle((i_0 * N) + i_1, 112, 4)] = metal::exp(
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -417,17 +437,19 @@ CHECK:       threadgroup float tg_f32[512];
 CHECK:       for (long t0_ = 0; t0_ < (K + 16 - 1) / 16 + 1; ++t0_) {
 CHECK-NEXT:  threadgroup_barrier(mem_flags::mem_threadgroup);  // other threads' accesses to %As
 CHECK-NEXT:  {  // stage load: iteration t - 0
-CHECK:       tg_As[544 * (k_tiles % 2) + (17 * i_0) + i_1] = (ulong((32 * block_m) + i_0) < ulong(M) && ulong((16 * k_tiles) + i_1) < ulong(K) ? A[{{.*}}] : 0.0f);
+CHECK:       tg_As[544 * (k_tiles % 2) + (17 * i_0) + i_1] = (ulong((32 * block_m) + i_0) < ulong(M)
+CHECK-SAME:  && ulong((16 * k_tiles) + i_1) < ulong(K) ? A[{{.*}}] : 0.0f);
 CHECK:       tg_Bs[512 * (k_tiles % 2) + i_0 + (16 * i_1)] =
 CHECK:       {  // stage compute: iteration t - 1
 CHECK-NEXT:  const long it0_ = t0_ - 1;
 CHECK-NEXT:  if (it0_ >= 0 && it0_ < (K + 16 - 1) / 16) {
 CHECK:       tg_f32[(32 * i_0) + i_1] = tg_Bs[512 * (k_tiles % 2) + i_0 + (16 * i_1)];
-CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // other threads' accesses to %3.stage.t1
+CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // {{.*}} to %3.stage.t1
 CHECK-NEXT:  // mma [32 x 16] @ [16 x 32] into %acc_1
 CHECK:       float acc_ = r_acc_1[l_ / 64];
 CHECK-NEXT:  for (long i_2 = 0; i_2 < 16; ++i_2) {
-CHECK-NEXT:  acc_ = acc_ + (tg_As[544 * (k_tiles % 2) + (17 * i_0) + i_2] * tg_f32[(32 * i_2) + i_1]);
+CHECK-NEXT:  acc_ = acc_ + (tg_As[544 * (k_tiles % 2) + (17 * i_0) + i_2] *
+CHECK-SAME:  tg_f32[(32 * i_2) + i_1]);
 CHECK:       r_acc_1[l_ / 64] = acc_;
 CHECK:       // store C[32 * %block_m +: 32, 32 * %block_n +: 32]
 CHECK-NOT:   threadgroup_barrier
