@@ -76,6 +76,7 @@ I8P = I8.as_pointer()
 I64P = I64.as_pointer()
 F32P = F32.as_pointer()
 _CONTRACT = ("contract",)
+_ARCP = ("contract", "arcp")  # x / y may become x * (1 / y): one reciprocal per row
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class CodegenConfig:
     vector_width: int = 8  # lanes of f32: 8 on AVX2 hosts, 16 with AVX-512 (for_host)
     stack_limit: int = 16 * 1024  # bytes per private buffer kept on the stack
     small_mma: int = 32 * 32 * 32  # m*n*k up to which mma uses the small kernel
+    reduce_unroll: int = 4  # independent accumulators of a vectorized reduction
     gemm: GemmConfig | None = None
 
     @classmethod
@@ -812,23 +814,28 @@ class _Fn(_IR):
 
     def _inner(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
                edge: bool, start: ir.Value | None = None) -> None:
-        """Main loop over full vectors, then one masked tail, of the innermost variable
-        (from ``start``, default 0); reductions accumulate lane-wise and are reduced
-        horizontally after the row."""
+        """Vectors of the innermost variable (from ``start``, default 0): a main loop,
+        unrolled ``reduce_unroll`` times with as many independent accumulators when the
+        nest reduces (breaking the add/max latency chain), a loop over the remaining full
+        vectors, then one masked tail; reductions combine their accumulators lane-wise
+        and reduce horizontally after the row."""
         b = self.b
         w = self.cg.config.vector_width
         var = s.vars[-1]
-        accs: dict[int, tuple[ir.Value, ir.Constant, float | int]] = {}
+        reducing = any(isinstance(p, lp.ReduceNest) for p in parts)
+        unroll = self.cg.config.reduce_unroll if reducing else 1
+        accs: dict[int, tuple[list[ir.Value], ir.Constant, float | int]] = {}
         for i, p in enumerate(parts):
             if isinstance(p, lp.ReduceNest):
                 vt = _vec(_reg_type(p.value.dtype), w)
                 ident = _identity(p.fn, p.value.dtype)
                 ident_v = ir.Constant(vt, [ident] * w)
-                acc = self.alloca(vt)
-                b.store(ident_v, acc)
-                accs[i] = (acc, ident_v, ident)
+                slots = [self.alloca(vt) for _ in range(unroll)]
+                for slot in slots:
+                    b.store(ident_v, slot)
+                accs[i] = (slots, ident_v, ident)
 
-        def point(lanes: _Lanes) -> None:
+        def point(lanes: _Lanes, slot: int = 0) -> None:
             for i, p in enumerate(parts):
                 v = self.elem(p.value, lanes)
                 if isinstance(p, lp.Nest):
@@ -837,9 +844,10 @@ class _Fn(_IR):
                         lanes.cache[lp.BufRead(p.dest.buffer, p.dest.index, p.dest.version,
                                                p.value.dtype)] = v
                     continue
-                acc, ident_v, _ = accs[i]
+                slots, ident_v, _ = accs[i]
                 if lanes.tail is not None:
                     v = b.select(lanes.tail, v, ident_v)
+                acc = slots[slot]
                 b.store(_COMBINE[(p.fn, p.value.dtype)](self, b.load(acc), v), acc)
 
         n = self.expr(s.extents[-1])
@@ -849,8 +857,16 @@ class _Fn(_IR):
             const_n = s.extents[-1].const_value() if start is None else None
             full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), _c64(w)), _c64(w))) \
                 if const_n is None else _c64(const_n // w * w)
+            done = lo
+            if unroll > 1 and (const_n is None or const_n >= unroll * w):
+                step = unroll * w
+                done = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), _c64(step)), _c64(step)))
+                with self.loop(lo, done, step, "vu") as base:
+                    for j in range(unroll):
+                        self.env[var] = b.add(base, _c64(j * w))
+                        point(_Lanes(w, var, None, edge, dict(hoisted)), j)
             if const_n is None or const_n >= w:
-                with self.loop(lo, full, w, "v") as base:
+                with self.loop(done, full, w, "v") as base:
                     self.env[var] = base
                     point(_Lanes(w, var, None, edge, dict(hoisted)))
             if const_n is None or const_n % w:
@@ -862,8 +878,12 @@ class _Fn(_IR):
                     point(_Lanes(w, var, tail, edge, dict(hoisted)))
         for i, p in enumerate(parts):
             if isinstance(p, lp.ReduceNest):
-                acc, _, ident = accs[i]
-                total = _HORIZONTAL[(p.fn, p.value.dtype)](self, b.load(acc), ident)
+                slots, _, ident = accs[i]
+                combine = _COMBINE[(p.fn, p.value.dtype)]
+                vec = b.load(slots[0])
+                for slot in slots[1:]:
+                    vec = combine(self, vec, b.load(slot))
+                total = _HORIZONTAL[(p.fn, p.value.dtype)](self, vec, ident)
                 lanes = _Lanes(1, None, None, edge)
                 self.write(p.dest, self.splat(total, 1), p.value.dtype, lanes)
 
@@ -1007,9 +1027,10 @@ def _invariant_roots(e: lp.Elem, var: str, dests: set[tuple[str, str]],
 
 # =========================================================================== op tables
 
-def _f(name: str) -> Callable[[_Fn, ir.Value, ir.Value], ir.Value]:
+def _f(name: str, flags: tuple[str, ...] = _CONTRACT
+       ) -> Callable[[_Fn, ir.Value, ir.Value], ir.Value]:
     def emit(fn: _Fn, a: ir.Value, b: ir.Value) -> ir.Value:
-        return getattr(fn.b, name)(a, b, flags=_CONTRACT)
+        return getattr(fn.b, name)(a, b, flags=flags)
     return emit
 
 
@@ -1048,7 +1069,7 @@ _BINARY: dict[tuple[BinaryFn, DType], Callable[[_Fn, ir.Value, ir.Value], ir.Val
     (BinaryFn.ADD, DType.F32): _f("fadd"),
     (BinaryFn.SUB, DType.F32): _f("fsub"),
     (BinaryFn.MUL, DType.F32): _f("fmul"),
-    (BinaryFn.DIV, DType.F32): _f("fdiv"),
+    (BinaryFn.DIV, DType.F32): _f("fdiv", _ARCP),
     (BinaryFn.MAX, DType.F32): _intr2("llvm.maximum"),
     (BinaryFn.MIN, DType.F32): _intr2("llvm.minimum"),
     (BinaryFn.LT, DType.F32): _fcmp("<"),
