@@ -26,23 +26,32 @@ are kernel-scoped in the global arena.  ``bufinfo[2i], bufinfo[2i+1]`` are buffe
 Code shape
 ----------
 Every nest is emitted with explicit vectors of ``vector_width`` lanes along its last
-(unit-stride) variable: a main loop of full vectors and one masked tail.  Reads are
-classified by the coefficient of that variable in their address: *contiguous* (vector
-load), *uniform* (one scalar load, broadcast; hoisted out of the vector loop together
-with every other subexpression that does not depend on it) or *gathered*
-(``llvm.masked.gather``; transposed reads and XOR-swizzled layouts).  A nest touching
-view windows is versioned: when every window lies inside its view it runs unmasked,
-else each element is masked exactly like the interpreter (reads outside give the
-load's fill, writes outside are dropped).  Reductions keep a vector accumulator and
-reduce it horizontally at the end of the row.
+(unit-stride) variable (8 = ymm on AVX2 hosts, 16 = zmm where AVX-512 exists): a main
+loop of full vectors and one masked tail.  Reads are classified by the coefficient of
+that variable in their address: *contiguous* (vector load), *uniform* (one scalar
+load, broadcast; hoisted out of the vector loop together with every other
+subexpression that does not depend on it) or *gathered* (``llvm.masked.gather``;
+transposed reads and XOR-swizzled layouts).  A plain copy between transposed layouts
+(e.g. into the column-major ``Bs`` of the manual GEMM) moves W×W blocks with an
+in-register shuffle transpose instead.  A nest touching view windows is versioned:
+when every window lies inside its view it runs unmasked, else each element is masked
+exactly like the interpreter (reads outside give the load's fill, writes outside are
+dropped).  Reductions keep ``reduce_unroll`` independent vector accumulators (the
+add/max latency chain would otherwise bound them), combine them lane-wise and reduce
+horizontally at the end of the row; a fused nest forwards a value it just wrote to the
+reduction that reads it, so producer and reduction take one pass.
 
-Transcendentals use the polynomial vector math of :mod:`planner.lower.llvm_vecmath`
-(``exp``, ``tanh``, ``log``); ``sqrt`` is ``llvm.sqrt``.  Arithmetic carries only the
-``contract`` fast-math flag (FMA contraction: one rounding instead of two); never
-``nnan``/``ninf`` (masked attention rows rely on ``-inf`` and NaN propagates as in the
-interpreter) and never ``reassoc`` (reduction order is chosen explicitly: lane-wise
-partial results, then one horizontal reduction).  ``max``/``min`` are
-``llvm.maximum``/``llvm.minimum`` (NaN-propagating like numpy).
+Numerics.  Transcendentals use the polynomial vector math of
+:mod:`planner.lower.llvm_vecmath` (``exp``, ``tanh``, ``log``); ``sqrt`` is
+``llvm.sqrt``.  Arithmetic carries the ``contract`` fast-math flag (FMA contraction: one
+rounding instead of two) and division also ``arcp`` (``x / y`` may become
+``x * (1 / y)``, within an ulp; a division by a row-invariant value then costs one
+reciprocal per row).  Never ``nnan``/``ninf`` (masked attention rows rely on ``-inf``
+and NaN propagates as in the interpreter) and never ``reassoc`` (reduction order is the
+explicit one above).  ``max``/``min`` are ``llvm.maximum``/``llvm.minimum``
+(NaN-propagating like numpy).  i32 division by zero gives 0 (the interpreter raises)
+instead of trapping.  Buffers are 64-byte aligned; loads and stores assume only element
+alignment (unaligned vector accesses cost nothing extra on aligned data).
 
 ``mma`` calls a small vectorized kernel for tiny products and otherwise the packed,
 register-blocked GEMM of :mod:`planner.lower.llvm_gemm`, directly on buffers or on a

@@ -691,7 +691,8 @@ _FORMAT: dict[type, Callable[..., list[str]]] = {
 
 
 def walk_stmts(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
-    """Every statement, pre-order, descending into loops, stages and parallels."""
+    """Every statement, pre-order, descending into loops, stages and parallels (the
+    parts of a :class:`FusedNest` are reached through its ``parts``)."""
     for s in body:
         yield s
         if isinstance(s, Loop | Parallel):
@@ -1026,7 +1027,7 @@ class _Builder:
             return lay.with_swizzle(XorSwizzle(*choice.swizzle)), ""
         return lay, ""
 
-    def value_buffer(self, v: Value, role: str | None = None) -> _BufRef:
+    def value_buffer(self, v: Value) -> _BufRef:
         """Create the buffer of a buffered value from its edges' decisions."""
         ref = self.buf_of.get(v)
         if ref is not None:
@@ -1042,12 +1043,12 @@ class _Builder:
         if mat is not None and mat.resource is not None:
             resource = (mat.resource, self.resource_class(mat.resource))
             layout, note = self.layout_for(t.shape, mat.layout, allow_swizzle=not is_mma)
-            kind = role or "materialized"
+            kind = "materialized"
         else:
             resource = self.resource_for_class("private")
             layout, note = dense(t.shape, planned=True), ""
-            kind = role or ("virtual" if ids else "reduce" if isinstance(
-                producer, core.ReduceOp) else "mma" if is_mma else "virtual")
+            kind = ("virtual" if ids else "reduce" if isinstance(producer, core.ReduceOp)
+                    else "mma" if is_mma else "virtual")
         if is_mma and self._mma_needs_dense(layout):
             layout, note = dense(t.shape, planned=True), "mma accumulators are row-major"
         versions = 1
@@ -1480,11 +1481,11 @@ class _Builder:
             c = _Carry(name, cur, nxt, stage)
             out.append(c)
             if i < len(yields):
-                self._alias_yield(op, yields[i], c, yields, pipe)
+                self._alias_yield(op, yields[i], c, yields)
         return out
 
-    def _alias_yield(self, op: LoopOp, y: Value, c: _Carry, yields: tuple[Value, ...],
-                     pipe: _PipeInfo | str) -> None:
+    def _alias_yield(self, op: LoopOp, y: Value, c: _Carry, yields: tuple[Value, ...]
+                     ) -> None:
         """Compute a yielded buffered value directly into the carry's next version."""
         p = self.producer(y)
         if p is None or self.block_of.get(p) is not op.body or isinstance(p, LoopOp):

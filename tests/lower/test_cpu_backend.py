@@ -379,3 +379,17 @@ def test_random_shapes_match_interpreter(name: str) -> None:
         check(kernel, ck, bindings, seed=seed, threads=(2,))
 
     prop()
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "gelu"])
+def test_nan_and_inf_propagate_like_the_interpreter(name: str) -> None:
+    kernel = example(name).kernel
+    bindings = {k: v for k, v in SHAPES[name][0].items()}
+    inputs = random_inputs(kernel, bindings, 7)
+    x = inputs["X"].reshape(-1)
+    x[3], x[100], x[250] = np.nan, np.inf, -np.inf
+    want = interpret(kernel, inputs, bindings)
+    got = compiled(name, None)({k: v.copy() for k, v in inputs.items()})
+    for k, w in want.items():
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(w))
+        np.testing.assert_allclose(got[k], w, rtol=2e-5, atol=2e-5, equal_nan=True)
