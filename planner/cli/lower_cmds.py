@@ -1,4 +1,8 @@
-"""``planner run`` and ``planner lower``: compile a planned kernel for the host CPU.
+"""``planner run`` and ``planner lower``: compile a planned kernel for its target.
+
+Targets whose catalog backend is ``llvm-cpu`` compile through llvmlite for the host;
+``metal`` targets print Metal Shading Language and run it in the Linux emulator
+(``planner.lower.metal_emulator``); planning-only targets (no backend) are refused.
 
 ``run`` compiles the kernel under a plan (``--plan FILE`` saved by ``planner plan
 --json``, or planned here with ``--policy``/``--baseline``), runs it on random inputs
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.catalog import DEFAULT_TARGET, CatalogRegistry, Target
+from planner.catalog import DEFAULT_TARGET, Backend, CatalogRegistry, Target
 from planner.cli.common import (
     add_bind_arg,
     add_catalog_dir_arg,
@@ -25,7 +29,7 @@ from planner.cli.common import (
     kernel_and_bindings,
 )
 from planner.errors import PlannerError, error
-from planner.ir.core import Kernel
+from planner.ir.load import LoadedKernel
 from planner.solve import Baseline, MaterializationPlan, Policy, plan_from_json, plan_kernel
 
 
@@ -48,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lo = subparsers.add_parser("lower", help="print the lowered code of a planned kernel",
                                description="Print the loop program, LLVM IR or assembly.")
     _common(lo)
-    lo.add_argument("--emit", choices=("loops", "llvm", "asm"), default="loops",
-                    help="what to print (default: the loop program)")
+    lo.add_argument("--emit", choices=("loops", "llvm", "asm", "msl"), default=None,
+                    help="what to print (default: msl on Metal targets, else the loop program)")
     lo.set_defaults(func=cmd_lower)
 
 
@@ -69,7 +73,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_catalog_dir_arg(p)
 
 
-def _planned(args: argparse.Namespace) -> tuple[Kernel, dict[str, int], Target,
+def _planned(args: argparse.Namespace) -> tuple[LoadedKernel, dict[str, int], Target,
                                                  MaterializationPlan]:
     loaded, bindings = kernel_and_bindings(args)
     target = CatalogRegistry.from_environment(args.catalog_dir).get(args.target)
@@ -83,20 +87,42 @@ def _planned(args: argparse.Namespace) -> tuple[Kernel, dict[str, int], Target,
     else:
         plan = plan_kernel(loaded.kernel, target, bindings, policy=args.policy,
                            baseline=args.baseline, time_limit_s=args.time_limit)
-    return loaded.kernel, bindings, target, plan
+    return loaded, bindings, target, plan
+
+
+def _backend(target: Target) -> Backend:
+    if target.backend is None:
+        raise error(f"target {target.name} is planning-only (its catalog names no backend): "
+                    "use 'planner plan' for it, or lower on x86-avx2 / apple-m2",
+                    kind="unsupported")
+    return target.backend
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
     from planner.lower import compile_kernel
 
-    kernel, _, target, plan = _planned(args)
-    if args.emit == "loops":
+    loaded, _, target, plan = _planned(args)
+    kernel = loaded.kernel
+    emit = args.emit or ("msl" if target.backend is Backend.METAL else "loops")
+    if emit == "msl":
+        if target.backend is not Backend.METAL:
+            raise error(f"--emit msl needs a Metal target; {target.name} lowers to "
+                        f"{target.backend.value if target.backend else 'nothing'}",
+                        kind="unsupported")
+        from planner.cli.metal_cmds import lower_msl_command
+
+        print(lower_msl_command(kernel, plan, target), end="")
+        return 0
+    if emit == "loops":
         from planner.lower import build_loop_program
 
         print(build_loop_program(kernel, plan, target), end="")
         return 0
+    if _backend(target) is not Backend.LLVM_CPU:
+        raise error(f"--emit {emit} needs an llvm-cpu target; {target.name} lowers to Metal "
+                    "(use --emit msl or --emit loops)", kind="unsupported")
     compiled = compile_kernel(kernel, plan, target)
-    print(compiled.llvm_ir if args.emit == "llvm" else compiled.asm)
+    print(compiled.llvm_ir if emit == "llvm" else compiled.asm)
     return 0
 
 
@@ -104,7 +130,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from planner.ir.interpreter import interpret, random_inputs
     from planner.lower import compile_kernel
 
-    kernel, bindings, target, plan = _planned(args)
+    loaded, bindings, target, plan = _planned(args)
+    kernel = loaded.kernel
+    if _backend(target) is Backend.METAL:
+        from planner.cli.metal_cmds import run_msl_check
+
+        if not args.check:
+            raise error("on a Metal target 'planner run' executes in the emulator only to "
+                        "check it: add --check", kind="usage")
+        print(run_msl_check(loaded, plan, target, bindings, seed=args.seed,
+                            rtol=args.rtol, atol=args.atol))
+        return 0
     start = time.perf_counter()
     compiled = compile_kernel(kernel, plan, target, threads=args.threads)
     compile_s = time.perf_counter() - start

@@ -68,9 +68,26 @@ def _survey_one(ex, target, args: argparse.Namespace) -> tuple[str, bool]:
                f"{plan.solve_time_s:6.2f}s  {why}", True
     row = (f"{head} {status:11} {plan.objective:>9,} ns {'/'.join(map(str, counts)):>9} "
            f"{proved:>3}/{len(plan.proofs):<4} {plan.solve_time_s:6.2f}s")
-    if args.no_run or target.backend is None or target.backend.value != "llvm-cpu":
+    if args.no_run or target.backend is None:
         return f"{row}  -", True
+    if target.backend.value == "metal":
+        return _run_metal(ex, plan, target, row)
     return _run_check(ex, plan, target, row)
+
+
+def _run_metal(ex, plan, target, row: str) -> tuple[str, bool]:
+    from planner.cli.metal_cmds import run_msl_check
+    from planner.lower.metal_emulator import clang_available
+
+    if not clang_available():
+        return f"{row}  skipped: clang-19 is not installed (scripts/install_clang.sh)", True
+    try:
+        t0 = time.perf_counter()
+        run_msl_check(ex.kernel, plan, target, ex.bindings, orders=("forward", "reverse"))
+        dt = time.perf_counter() - t0
+    except PlannerError as exc:
+        return f"{row}  error: {exc.diagnostics[0].message.splitlines()[0]}", False
+    return f"{row}  emulated Metal matches reference (forward+reverse, {dt:.1f} s)", True
 
 
 def _run_check(ex, plan, target, row: str) -> tuple[str, bool]:
