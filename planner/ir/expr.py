@@ -11,7 +11,7 @@ or is unknown (S14).  The printed form is also the parsed form (``parse_expr``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Union
@@ -91,21 +91,19 @@ class Expr:
             return int(env[self.name])
         assert isinstance(self, Apply)
         if self.op is ExprOp.MUL:  # known zero factor first (S14)
-            vals = []
-            for a in self.args:
-                if isinstance(a, Const) and a.value == 0:
-                    return 0
+            if any(isinstance(a, Const) and a.value == 0 for a in self.args):
+                return 0
+            out = 1
             for a in self.args:
                 v = a.evaluate(env)
                 if v == 0:
                     return 0
-                vals.append(v)
-            out = 1
-            for v in vals:
                 out *= v
             return out
-        vals = [a.evaluate(env) for a in self.args]
-        return _FOLD[self.op](vals)
+        if self.op is ExprOp.ADD:
+            return sum(a.evaluate(env) for a in self.args)
+        x, y = self.args
+        return BINARY_FOLD[self.op](x.evaluate(env), y.evaluate(env))
 
     def substitute(self, env: Mapping[str, IntLike]) -> Expr:
         """Replace symbols by expressions (or ints) and re-simplify."""
@@ -176,40 +174,22 @@ def as_expr(value: IntLike) -> Expr:
     return Const(value)
 
 
-def _floordiv(a: int, b: int) -> int:
+def _divisor(op: ExprOp, b: int) -> int:
     if b == 0:
-        raise ZeroDivisionError("floordiv by zero in an index expression")
-    return a // b
+        raise ZeroDivisionError(f"{op.value} by zero in an index expression")
+    return b
 
 
-def _mod(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("mod by zero in an index expression")
-    return a % b
-
-
-def _ceil_div(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("ceil_div by zero in an index expression")
-    return -(-a // b)
-
-
-def _prod(vals: list[int]) -> int:
-    out = 1
-    for v in vals:
-        out *= v
-    return out
-
-
-_FOLD = {
-    ExprOp.ADD: sum,
-    ExprOp.MUL: _prod,
-    ExprOp.FLOORDIV: lambda v: _floordiv(v[0], v[1]),
-    ExprOp.MOD: lambda v: _mod(v[0], v[1]),
-    ExprOp.CEIL_DIV: lambda v: _ceil_div(v[0], v[1]),
+BINARY_FOLD: dict[ExprOp, Callable[[int, int], int]] = {
+    ExprOp.FLOORDIV: lambda a, b: a // _divisor(ExprOp.FLOORDIV, b),
+    ExprOp.MOD: lambda a, b: a % _divisor(ExprOp.MOD, b),
+    ExprOp.CEIL_DIV: lambda a, b: -(-a // _divisor(ExprOp.CEIL_DIV, b)),
     ExprOp.MIN: min,
     ExprOp.MAX: max,
 }
+"""The integer meaning of each two-operand op, shared by ``Expr.evaluate``, constant
+folding and the interpreter's compiled expressions; a zero divisor raises
+ZeroDivisionError naming the op."""
 
 
 def _make(op: ExprOp, args: list[Expr]) -> Expr:
@@ -261,7 +241,7 @@ def mul(*factors: IntLike) -> Expr:
 def _binary(op: ExprOp, a: IntLike, b: IntLike) -> Expr:
     x, y = as_expr(a), as_expr(b)
     if isinstance(x, Const) and isinstance(y, Const):
-        return Const(_FOLD[op]([x.value, y.value]))
+        return Const(BINARY_FOLD[op](x.value, y.value))
     if op in (ExprOp.FLOORDIV, ExprOp.CEIL_DIV, ExprOp.MOD) and y == Const(0):
         raise ZeroDivisionError(f"{op.value} by zero in an index expression")
     if op in (ExprOp.FLOORDIV, ExprOp.CEIL_DIV):

@@ -78,7 +78,7 @@ from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import BinaryFn, Block, Kernel, LoopOp, Op, ReduceFn, UnaryFn, Value
 from planner.ir.dtypes import DType
-from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym
+from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym
 from planner.ir.layout import Layout
 from planner.ir.types import ViewType
 
@@ -248,36 +248,9 @@ def _compile(e: Expr) -> _Fn:
             f0, f1 = fns
             return lambda env: f0(env) + f1(env)
         return lambda env: sum(f(env) for f in fns)
-    fold = _FOLD[e.op]
+    fold = BINARY_FOLD[e.op]
     a, b = fns
     return lambda env: fold(a(env), b(env))
-
-
-def _floordiv(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("floordiv by zero in an index expression")
-    return a // b
-
-
-def _mod(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("mod by zero in an index expression")
-    return a % b
-
-
-def _ceil_div(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("ceildiv by zero in an index expression")
-    return -(-a // b)
-
-
-_FOLD: dict[ExprOp, Callable[[int, int], int]] = {
-    ExprOp.FLOORDIV: _floordiv,
-    ExprOp.MOD: _mod,
-    ExprOp.CEIL_DIV: _ceil_div,
-    ExprOp.MIN: min,
-    ExprOp.MAX: max,
-}
 
 
 # --------------------------------------------------------------------------- memory
