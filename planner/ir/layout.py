@@ -53,6 +53,35 @@ class XorSwizzle:
         return f"xor({self.bits}, {self.base}, {self.shift})"
 
 
+def concrete_offsets(extents: Sequence[int], strides: Sequence[int],
+                     swizzles: Sequence[XorSwizzle]) -> np.ndarray:
+    """Storage offset of every element of a concrete layout, as an int64 array."""
+    out = np.zeros(extents, dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(extents, strides, strict=True)):
+        view = [1] * len(extents)
+        view[axis] = n
+        out = out + (np.arange(n, dtype=np.int64) * st).reshape(view)
+    for sw in swizzles:
+        out = sw.apply(out)
+    return out
+
+
+def first_collision(offs: np.ndarray
+                    ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """Two distinct indices of ``offs`` holding the same offset (the first pair in
+    offset order) and that offset, or None when all offsets differ."""
+    flat = offs.reshape(-1)
+    if flat.size < 2:
+        return None
+    order = np.argsort(flat, kind="stable")
+    dup = np.nonzero(flat[order][1:] == flat[order][:-1])[0]
+    if dup.size == 0:
+        return None
+    a, b = int(order[dup[0]]), int(order[dup[0] + 1])
+    return (tuple(int(x) for x in np.unravel_index(a, offs.shape)),
+            tuple(int(x) for x in np.unravel_index(b, offs.shape)), int(flat[a]))
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """A strided, optionally swizzled map from a logical shape to storage offsets."""
@@ -103,31 +132,13 @@ class Layout:
 
     def offsets(self, env: Mapping[str, int]) -> np.ndarray:
         """Storage offset of every logical element, as an int64 array of the shape."""
-        extents = [e.evaluate(env) for e in self.shape]
-        strides = [s.evaluate(env) for s in self.strides]
-        out = np.zeros(extents, dtype=np.int64)
-        for axis, (n, st) in enumerate(zip(extents, strides, strict=True)):
-            view = [1] * len(extents)
-            view[axis] = n
-            out = out + (np.arange(n, dtype=np.int64) * st).reshape(view)
-        for sw in self.swizzles:
-            out = sw.apply(out)
-        return out
+        return concrete_offsets([e.evaluate(env) for e in self.shape],
+                                [s.evaluate(env) for s in self.strides], self.swizzles)
 
     def injectivity_counterexample(self, env: Mapping[str, int]
                                    ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
         """Two distinct logical indices with the same offset, or None when injective."""
-        offs = self.offsets(env)
-        flat = offs.reshape(-1)
-        if flat.size < 2:
-            return None
-        order = np.argsort(flat, kind="stable")
-        dup = np.nonzero(flat[order][1:] == flat[order][:-1])[0]
-        if dup.size == 0:
-            return None
-        a, b = int(order[dup[0]]), int(order[dup[0] + 1])
-        return (tuple(int(x) for x in np.unravel_index(a, offs.shape)),
-                tuple(int(x) for x in np.unravel_index(b, offs.shape)), int(flat[a]))
+        return first_collision(self.offsets(env))
 
     def with_swizzle(self, sw: XorSwizzle) -> Layout:
         return Layout(self.shape, self.strides, (*self.swizzles, sw), self.planned)

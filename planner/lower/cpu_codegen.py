@@ -60,8 +60,8 @@ view window in place (staged with its fill when it is an edge tile).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
@@ -72,6 +72,22 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul, product
 from planner.lower import loop_program as lp
 from planner.lower.llvm_gemm import GemmConfig, emit_gemm_f32
+from planner.lower.llvm_helpers import (
+    F32,
+    F32P,
+    I1,
+    I8,
+    I8P,
+    I32,
+    I64,
+    I64P,
+    c64,
+    internal,
+    loop,
+    smax,
+    smin,
+    splat,
+)
 from planner.lower.llvm_jit import TargetSpec, declare_intrinsic, host_target
 from planner.lower.llvm_vecmath import emit_exp, emit_log, emit_tanh
 
@@ -79,11 +95,6 @@ __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
 
 _KIND = "lowering"
 _NestLike = lp.Nest | lp.ReduceNest | lp.FusedNest
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-F32 = ir.FloatType()
-I8P = I8.as_pointer()
-I64P = I64.as_pointer()
-F32P = F32.as_pointer()
 _CONTRACT = ("contract",)
 _ARCP = ("contract", "arcp")  # x / y may become x * (1 / y): one reciprocal per row
 
@@ -155,10 +166,6 @@ def _mem_type(dt: DType) -> ir.Type:
     return {DType.F32: F32, DType.I32: I32, DType.BOOL: I8}[dt]
 
 
-def _c64(v: int) -> ir.Constant:
-    return ir.Constant(I64, v)
-
-
 def _vec(t: ir.Type, w: int) -> ir.VectorType:
     return ir.VectorType(t, w)
 
@@ -181,40 +188,18 @@ class _IR:
         return declare_intrinsic(self.module, name, overloads, ret, args)
 
     def splat(self, x: ir.Value, w: int) -> ir.Value:
-        vt = _vec(x.type, w)
-        v = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
-        if w == 1:
-            return v
-        return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
-                                     ir.Constant(_vec(I32, w), [0] * w))
+        return splat(self.b, x, w)
 
-    @contextlib.contextmanager
     def loop(self, start: ir.Value, stop: ir.Value, step: int, name: str
-             ) -> Iterator[ir.Value]:
+             ) -> AbstractContextManager[ir.Value]:
         """``for (i = start; i < stop; i += step)`` over signed i64."""
-        b = self.b
-        pre = b.block
-        fn = b.function
-        hdr = fn.append_basic_block(f"{name}.hdr")
-        body = fn.append_basic_block(f"{name}.body")
-        end = fn.append_basic_block(f"{name}.end")
-        b.branch(hdr)
-        b.position_at_end(hdr)
-        i = b.phi(I64, name=name)
-        i.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", i, stop), body, end)
-        b.position_at_end(body)
-        yield i
-        nxt = b.add(i, _c64(step), name=f"{name}.next", flags=["nsw"])
-        i.add_incoming(nxt, b.block)
-        b.branch(hdr)
-        b.position_at_end(end)
+        return loop(self.b, start, stop, step, name)
 
     def smin(self, x: ir.Value, y: ir.Value) -> ir.Value:
-        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+        return smin(self.b, x, y)
 
     def smax(self, x: ir.Value, y: ir.Value) -> ir.Value:
-        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
+        return smax(self.b, x, y)
 
     def byte_ptr(self, base: ir.Value, offset: ir.Value) -> ir.Value:
         return self.b.gep(base, [offset])
@@ -291,18 +276,18 @@ class _Fn(_IR):
         begin, end, syms, views, strides, warena, garena, info = self.fn.args
         b = self.b
         for i, name in enumerate(prog.symbols):
-            self.env[name] = b.load(b.gep(syms, [_c64(i)]))
+            self.env[name] = b.load(b.gep(syms, [c64(i)]))
         for i, p in enumerate(prog.params):
-            self.views[p.name] = b.load(b.gep(views, [_c64(i)]))
+            self.views[p.name] = b.load(b.gep(views, [c64(i)]))
             base = self.cg.info_rank[i]
             for d in range(len(p.shape)):
                 self.env[self.cg.stride_sym(p.name, d)] = b.load(
-                    b.gep(strides, [_c64(base + d)]))
+                    b.gep(strides, [c64(base + d)]))
         per_instance: list[tuple[str, ir.Value, ir.Value]] = []
         for idx, buf in enumerate(prog.buffers):
             where = self.cg.placement[buf.name]
             own = buf.name in self.seg.buffers
-            off = b.load(b.gep(info, [_c64(2 * idx)]))
+            off = b.load(b.gep(info, [c64(2 * idx)]))
             if where == "kernel":
                 self.bases[buf.name] = b.gep(garena, [off])
             elif not own:
@@ -315,7 +300,7 @@ class _Fn(_IR):
             elif where == "worker":
                 self.bases[buf.name] = b.gep(warena, [off])
             else:
-                stride = b.load(b.gep(info, [_c64(2 * idx + 1)]))
+                stride = b.load(b.gep(info, [c64(2 * idx + 1)]))
                 per_instance.append((buf.name, b.gep(garena, [off]), stride))
         with self.loop(begin, end, 1, "inst") as inst:
             self.bind(self.seg.vars, self.seg.extents, inst)
@@ -332,7 +317,7 @@ class _Fn(_IR):
         rest = lin
         for v, e in reversed(list(zip(vars_, extents, strict=True))):
             n = self.expr(e)
-            safe = self.smax(n, _c64(1))
+            safe = self.smax(n, c64(1))
             self.env[v] = self.b.urem(rest, safe)
             rest = self.b.udiv(rest, safe)
 
@@ -355,7 +340,7 @@ class _Fn(_IR):
     def iexpr(self, e: Expr, lanes: _Lanes | None) -> ir.Value:
         """i64, or ``<w x i64>`` when ``e`` depends on the lanes' vector variable."""
         if isinstance(e, Const):
-            return _c64(e.value)
+            return c64(e.value)
         if isinstance(e, Sym):
             if e.name not in self.env:
                 raise error(f"lowering: symbol {e.name} is not bound here", kind=_KIND)
@@ -458,6 +443,11 @@ class _Fn(_IR):
             off = self.b.xor(off, moved)
         return off
 
+    def offset(self, off: Expr, lanes: _Lanes | None, buf: lp.Buffer | None) -> ir.Value:
+        """``iexpr(off, lanes)`` through the swizzles of ``buf``'s layout, if any."""
+        o = self.iexpr(off, lanes)
+        return self.swizzle(o, buf) if buf is not None else o
+
     def classify(self, off: Expr, lanes: _Lanes, swizzled: bool) -> str:
         if lanes.var is None or lanes.var not in off.symbols():
             return "uniform"
@@ -475,10 +465,7 @@ class _Fn(_IR):
         swz = buf is not None and bool(buf.layout.swizzles)
         kind = self.classify(off, lanes, swz)
         if kind == "uniform":
-            o = self.iexpr(off, None)
-            if swz:
-                o = self.swizzle(o, buf)  # type: ignore[arg-type]
-            addr = b.gep(ptr, [o])
+            addr = b.gep(ptr, [self.offset(off, None, buf)])
             if scalar_ok is None:
                 return self.splat(b.load(addr), w)
             scalar_fill = b.extract_element(fill, ir.Constant(I32, 0))
@@ -490,10 +477,7 @@ class _Fn(_IR):
             fn = self.intrinsic("llvm.masked.load", [vt, ir.PointerType()], vt,
                                 [ir.PointerType(), I32, mask.type, vt])
             return b.call(fn, [addr, ir.Constant(I32, _align(mtype)), mask, fill])
-        offs = self.iexpr(off, lanes)
-        if swz:
-            offs = self.swizzle(offs, buf)  # type: ignore[arg-type]
-        ptrs = self.lane_ptrs(ptr, offs, mtype, w)
+        ptrs = self.lane_ptrs(ptr, self.offset(off, lanes, buf), mtype, w)
         m = mask if mask is not None else ir.Constant(_vec(I1, w), [1] * w)
         fn = self.intrinsic("llvm.masked.gather", [vt, ptrs.type], vt,
                             [ptrs.type, I32, m.type, vt])
@@ -509,10 +493,7 @@ class _Fn(_IR):
         swz = buf is not None and bool(buf.layout.swizzles)
         kind = self.classify(off, lanes, swz)
         if kind == "uniform":
-            o = self.iexpr(off, None)
-            if swz:
-                o = self.swizzle(o, buf)  # type: ignore[arg-type]
-            addr = b.gep(ptr, [o])
+            addr = b.gep(ptr, [self.offset(off, None, buf)])
             lane0 = b.extract_element(value, ir.Constant(I32, 0))
             if scalar_ok is None:
                 b.store(lane0, addr)
@@ -529,10 +510,7 @@ class _Fn(_IR):
                                 [vt, ir.PointerType(), I32, mask.type])
             b.call(fn, [value, addr, ir.Constant(I32, _align(mtype)), mask])
             return
-        offs = self.iexpr(off, lanes)
-        if swz:
-            offs = self.swizzle(offs, buf)  # type: ignore[arg-type]
-        ptrs = self.lane_ptrs(ptr, offs, mtype, w)
+        ptrs = self.lane_ptrs(ptr, self.offset(off, lanes, buf), mtype, w)
         m = mask if mask is not None else ir.Constant(_vec(I1, w), [1] * w)
         fn = self.intrinsic("llvm.masked.scatter", [vt, ptrs.type], ir.VoidType(),
                             [vt, ptrs.type, I32, m.type])
@@ -558,7 +536,7 @@ class _Fn(_IR):
                 n = self.splat(n, lanes.w)
                 zero = ir.Constant(i.type, [0] * lanes.w)
             else:
-                zero = _c64(0)
+                zero = c64(0)
             c = self.b.and_(self.b.icmp_signed(">=", i, zero), self.b.icmp_signed("<", i, n))
             ok = c if ok is None else self._and_mask(ok, c, lanes.w)
         return ok
@@ -696,7 +674,7 @@ class _Fn(_IR):
             shape = self.cg.program.param(w.view).shape
             for off, n, ext in zip(w.offsets, w.shape, shape, strict=True):
                 o = self.expr(off)
-                ok = b.and_(ok, b.icmp_signed(">=", o, _c64(0)))
+                ok = b.and_(ok, b.icmp_signed(">=", o, c64(0)))
                 ok = b.and_(ok, b.icmp_signed("<=", b.add(o, self.expr(n)), self.expr(ext)))
         return ok
 
@@ -730,7 +708,7 @@ class _Fn(_IR):
         if d == len(s.vars) - 2 and not edge and self._transposable(s, parts):
             self._transposed(s, parts[0])  # type: ignore[arg-type]
             return
-        with self.loop(_c64(0), self.expr(s.extents[d]), 1, f"n{d}") as i:
+        with self.loop(c64(0), self.expr(s.extents[d]), 1, f"n{d}") as i:
             self.env[s.vars[d]] = i
             self._outer(s, parts, d + 1, edge)
 
@@ -784,24 +762,24 @@ class _Fn(_IR):
         w = self.cg.config.vector_width
         v0, v1 = s.vars[-2], s.vars[-1]
         n0, n1 = self.expr(s.extents[-2]), self.expr(s.extents[-1])
-        full0 = b.mul(b.sdiv(n0, _c64(w)), _c64(w))
-        full1 = b.mul(b.sdiv(n1, _c64(w)), _c64(w))
+        full0 = b.mul(b.sdiv(n0, c64(w)), c64(w))
+        full1 = b.mul(b.sdiv(n1, c64(w)), c64(w))
         (sp, so, _), (dp, do, _) = self._copy_ends(p)
         vt = _vec(sp.type.pointee, w)
-        with self.loop(_c64(0), full0, w, "t0") as b0:
-            with self.loop(_c64(0), full1, w, "t1") as b1:
+        with self.loop(c64(0), full0, w, "t0") as b0:
+            with self.loop(c64(0), full1, w, "t1") as b1:
                 cols = []
                 self.env[v0] = b0
                 for c in range(w):
-                    self.env[v1] = b.add(b1, _c64(c))
+                    self.env[v1] = b.add(b1, c64(c))
                     addr = b.bitcast(b.gep(sp, [self.expr(so)]), vt.as_pointer())
                     cols.append(b.load(addr, align=_align(vt.element)))
                 self.env[v1] = b1
                 for r, row in enumerate(_transpose(b, cols)):
-                    self.env[v0] = b.add(b0, _c64(r))
+                    self.env[v0] = b.add(b0, c64(r))
                     addr = b.bitcast(b.gep(dp, [self.expr(do)]), vt.as_pointer())
                     b.store(row, addr, align=_align(vt.element))
-            with self.loop(b0, b.add(b0, _c64(w)), 1, "t.rows") as r:
+            with self.loop(b0, b.add(b0, c64(w)), 1, "t.rows") as r:
                 self.env[v0] = r
                 self._inner(s, (p,), False, start=full1)
         with self.loop(full0, n0, 1, "t.rest") as r:
@@ -860,19 +838,19 @@ class _Fn(_IR):
                 b.store(_COMBINE[(p.fn, p.value.dtype)](self, b.load(acc), v), acc)
 
         n = self.expr(s.extents[-1])
-        lo = start if start is not None else _c64(0)
+        lo = start if start is not None else c64(0)
         with b.if_then(b.icmp_signed(">", n, lo)):
             hoisted = self._hoisted(parts, var, edge)
             const_n = s.extents[-1].const_value() if start is None else None
-            full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), _c64(w)), _c64(w))) \
-                if const_n is None else _c64(const_n // w * w)
+            full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), c64(w)), c64(w))) \
+                if const_n is None else c64(const_n // w * w)
             done = lo
             if unroll > 1 and (const_n is None or const_n >= unroll * w):
                 step = unroll * w
-                done = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), _c64(step)), _c64(step)))
+                done = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), c64(step)), c64(step)))
                 with self.loop(lo, done, step, "vu") as base:
                     for j in range(unroll):
-                        self.env[var] = b.add(base, _c64(j * w))
+                        self.env[var] = b.add(base, c64(j * w))
                         point(_Lanes(w, var, None, edge, dict(hoisted)), j)
             if const_n is None or const_n >= w:
                 with self.loop(done, full, w, "v") as base:
@@ -880,7 +858,7 @@ class _Fn(_IR):
                     point(_Lanes(w, var, None, edge, dict(hoisted)))
             if const_n is None or const_n % w:
                 rem = b.sub(n, full)
-                with b.if_then(b.icmp_signed(">", rem, _c64(0))):
+                with b.if_then(b.icmp_signed(">", rem, c64(0))):
                     self.env[var] = full
                     tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))),
                                          self.splat(rem, w))
@@ -907,7 +885,7 @@ class _Fn(_IR):
         acc = ir.Constant(I32, int(s.accumulate))
         args = [m, n, k, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, acc]
         work = b.mul(b.mul(m, n), k)
-        small = b.icmp_signed("<=", work, _c64(self.cg.config.small_mma))
+        small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
         with b.if_else(small) as (then, other):
             with then:
                 b.call(self.cg.small_gemm(), args)
@@ -953,7 +931,7 @@ class _Fn(_IR):
 
     def loop_stmt(self, s: lp.Loop | lp.Parallel) -> None:
         n = self.expr(product(s.extents))
-        with self.loop(_c64(0), n, 1, s.label.replace(" ", "_")) as it:
+        with self.loop(c64(0), n, 1, s.label.replace(" ", "_")) as it:
             self.bind(s.vars, s.extents, it)
             self.body(s.body)
 
@@ -961,12 +939,12 @@ class _Fn(_IR):
         b = self.b
         n = self.expr(product(s.extents))
         maxlag = max(st.lag for st in s.stages)
-        with self.loop(_c64(0), b.add(n, _c64(maxlag)), 1, s.label) as t:
+        with self.loop(c64(0), b.add(n, c64(maxlag)), 1, s.label) as t:
             for st in s.stages:
-                i = b.sub(t, _c64(st.lag))
+                i = b.sub(t, c64(st.lag))
                 ok = b.icmp_signed("<", i, n)
                 if st.lag:
-                    ok = b.and_(ok, b.icmp_signed(">=", i, _c64(0)))
+                    ok = b.and_(ok, b.icmp_signed(">=", i, c64(0)))
                 with b.if_then(ok):
                     self.bind(s.vars, s.extents, i)
                     self.body(st.body)
@@ -1273,14 +1251,12 @@ def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
     """``C (+)= A @ B`` for small tiles: rows of C updated with broadcast-FMA vectors."""
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, F32P, I64, F32P, I64, F32P, I64,
                                            I32])
-    fn = ir.Function(module, fnty, name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn = internal(ir.Function(module, fnty, name=name), inline=False)
     m, n, k, a, lda, bm, ldb, c, ldc, acc = fn.args
     h = _IR(ir.IRBuilder(fn.append_basic_block("entry")))
     b = h.b
     vt = _vec(F32, w)
-    full = b.mul(b.sdiv(n, _c64(w)), _c64(w))
+    full = b.mul(b.sdiv(n, c64(w)), c64(w))
     rem = b.sub(n, full)
     tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))), h.splat(rem, w))
     mload = declare_intrinsic(module, "llvm.masked.load", [vt, ir.PointerType()], vt,
@@ -1294,16 +1270,16 @@ def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
     def vptr(p: ir.Value, off: ir.Value) -> ir.Value:
         return b.bitcast(b.gep(p, [off]), vt.as_pointer())
 
-    with h.loop(_c64(0), m, 1, "i") as i:
+    with h.loop(c64(0), m, 1, "i") as i:
         crow = b.gep(c, [b.mul(i, ldc)])
         with b.if_then(b.icmp_signed("==", acc, ir.Constant(I32, 0))):
-            with h.loop(_c64(0), full, w, "z") as j:
+            with h.loop(c64(0), full, w, "z") as j:
                 b.store(zero, vptr(crow, j), align=4)
             b.call(mstore, [zero, vptr(crow, full), four, tail])
-        with h.loop(_c64(0), k, 1, "p") as p:
+        with h.loop(c64(0), k, 1, "p") as p:
             av = h.splat(b.load(b.gep(a, [b.add(b.mul(i, lda), p)])), w)
             brow = b.gep(bm, [b.mul(p, ldb)])
-            with h.loop(_c64(0), full, w, "j") as j:
+            with h.loop(c64(0), full, w, "j") as j:
                 cp = vptr(crow, j)
                 b.store(b.call(fma, [av, b.load(vptr(brow, j), align=4),
                                      b.load(cp, align=4)]), cp, align=4)

@@ -83,13 +83,27 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import llvmlite.ir as ir
 import numpy as np
 
+from planner.lower.llvm_helpers import (
+    F32,
+    F32P,
+    I1,
+    I8,
+    I8P,
+    I32,
+    I64,
+    c64,
+    declare_function,
+    internal,
+    loop,
+    smin,
+    splat,
+)
 from planner.lower.llvm_jit import (
     CompiledModule,
     JitCache,
@@ -106,15 +120,6 @@ __all__ = [
     "emit_gemm_f32",
     "sgemm",
 ]
-
-F32 = ir.FloatType()
-I1 = ir.IntType(1)
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-F32P = F32.as_pointer()
-I8P = I8.as_pointer()
-
 
 @dataclass(frozen=True)
 class GemmConfig:
@@ -168,40 +173,8 @@ def _round_up(x: int, m: int) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _c64(v: int) -> ir.Constant:
-    return ir.Constant(I64, v)
-
-
-@contextmanager
-def _loop(
-    b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int | ir.Value, name: str
-) -> Iterator[ir.Value]:
-    """``for (i = start; i < stop; i += step)`` (signed i64); yields the induction var."""
-    fn = b.function
-    pre = b.block
-    hdr = fn.append_basic_block(f"{name}.hdr")
-    body = fn.append_basic_block(f"{name}.body")
-    end = fn.append_basic_block(f"{name}.end")
-    b.branch(hdr)
-    b.position_at_end(hdr)
-    i = b.phi(I64, name=name)
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", i, stop), body, end)
-    b.position_at_end(body)
-    yield i
-    step_v = _c64(step) if isinstance(step, int) else step
-    nxt = b.add(i, step_v, name=f"{name}.next", flags=["nsw"])
-    i.add_incoming(nxt, b.block)
-    b.branch(hdr)
-    b.position_at_end(end)
-
-
-def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
 def _gep(b: ir.IRBuilder, p: ir.Value, idx: ir.Value | int) -> ir.Value:
-    return b.gep(p, [_c64(idx) if isinstance(idx, int) else idx], inbounds=True)
+    return b.gep(p, [c64(idx) if isinstance(idx, int) else idx], inbounds=True)
 
 
 def _vload(b: ir.IRBuilder, p: ir.Value, vty: ir.VectorType, align: int) -> ir.Value:
@@ -210,20 +183,6 @@ def _vload(b: ir.IRBuilder, p: ir.Value, vty: ir.VectorType, align: int) -> ir.V
 
 def _vstore(b: ir.IRBuilder, v: ir.Value, p: ir.Value, align: int) -> None:
     b.store(v, b.bitcast(p, v.type.as_pointer()), align=align)
-
-
-def _splat(b: ir.IRBuilder, x: ir.Value, vty: ir.VectorType) -> ir.Value:
-    v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(I32, 0))
-    mask = ir.Constant(ir.VectorType(I32, vty.count), [0] * vty.count)
-    return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined), mask)
-
-
-def _internal(fn: ir.Function, inline: bool = True) -> ir.Function:
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    if inline:
-        fn.attributes.add("alwaysinline")
-    return fn
 
 
 # --------------------------------------------------------------------------------------
@@ -237,7 +196,7 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     nv = nr_ // vw
     vty = ir.VectorType(F32, vw)
     fnty = ir.FunctionType(ir.VoidType(), [I64, F32P, F32P, F32P, I64, I64, I64, I1])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.ukr"))
+    fn = internal(ir.Function(module, fnty, name=f"{name}.ukr"))
     kc, ap, bp, c, ldc, mr, nr, loadc = fn.args
     for a in (ap, bp, c):
         a.add_attribute("noalias")
@@ -255,7 +214,7 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
 
     b.position_at_end(hdr)
     k = b.phi(I64, name="k")
-    k.add_incoming(_c64(0), entry)
+    k.add_incoming(c64(0), entry)
     accs = [[b.phi(vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr_)]
     for row in accs:
         for a in row:
@@ -263,18 +222,18 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     b.cbranch(b.icmp_signed("<", k, kc), body, done_k)
 
     b.position_at_end(body)
-    bk = _gep(b, bp, b.mul(k, _c64(nr_), flags=["nsw"]))
+    bk = _gep(b, bp, b.mul(k, c64(nr_), flags=["nsw"]))
     bv = [_vload(b, _gep(b, bk, v * vw), vty, min(64, vw * 4)) for v in range(nv)]
-    ak = _gep(b, ap, b.mul(k, _c64(mr_), flags=["nsw"]))
+    ak = _gep(b, ap, b.mul(k, c64(mr_), flags=["nsw"]))
     for r in range(mr_):
-        a_s = _splat(b, b.load(_gep(b, ak, r), align=4), vty)
+        a_s = splat(b, b.load(_gep(b, ak, r), align=4), vw)
         for v in range(nv):
             accs[r][v].add_incoming(b.call(fma, [a_s, bv[v], accs[r][v]]), body)
-    k.add_incoming(b.add(k, _c64(1), flags=["nsw"]), body)
+    k.add_incoming(b.add(k, c64(1), flags=["nsw"]), body)
     b.branch(hdr)
 
     b.position_at_end(done_k)
-    full = b.and_(b.icmp_signed("==", mr, _c64(mr_)), b.icmp_signed("==", nr, _c64(nr_)))
+    full = b.and_(b.icmp_signed("==", mr, c64(mr_)), b.icmp_signed("==", nr, c64(nr_)))
     fullblk = fn.append_basic_block("full")
     edgeblk = fn.append_basic_block("edge")
     ret = fn.append_basic_block("ret")
@@ -288,7 +247,7 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     for blk, add in ((full_add, True), (full_set, False)):
         b.position_at_end(blk)
         for r in range(mr_):
-            crow = _gep(b, c, b.mul(_c64(r), ldc))
+            crow = _gep(b, c, b.mul(c64(r), ldc))
             for v in range(nv):
                 p = _gep(b, crow, v * vw)
                 val = accs[r][v]
@@ -303,10 +262,10 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     for r in range(mr_):
         for v in range(nv):
             _vstore(b, accs[r][v], _gep(b, tp, r * nr_ + v * vw), min(64, vw * 4))
-    with _loop(b, _c64(0), mr, 1, "er") as r:
+    with loop(b, c64(0), mr, 1, "er") as r:
         crow = _gep(b, c, b.mul(r, ldc))
-        trow = _gep(b, tp, b.mul(r, _c64(nr_)))
-        with _loop(b, _c64(0), nr, 1, "ec") as j:
+        trow = _gep(b, tp, b.mul(r, c64(nr_)))
+        with loop(b, c64(0), nr, 1, "ec") as j:
             t = b.load(_gep(b, trow, j), align=4)
             pc_ = _gep(b, crow, j)
             old = b.load(pc_, align=4)
@@ -318,35 +277,41 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     return fn
 
 
+def _pack_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    """An internal ``void name(i64, i64, float* src, i64 ld, float* dst)`` with noalias
+    ``src`` and ``dst``, and a builder at its entry block."""
+    fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64, F32P])
+    fn = internal(ir.Function(module, fnty, name=name))
+    fn.args[2].add_attribute("noalias")
+    fn.args[4].add_attribute("noalias")
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
 def _emit_pack_a(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     """``pack_a(mc, kc, A, lda, Ap)``: MR-row slivers, ``Ap[i*kc*MR + k*MR + r]``."""
     mr_ = cfg.mr
-    fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64, F32P])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.pack_a"))
+    fn, b = _pack_function(module, f"{name}.pack_a")
     mc, kc, a, lda, ap = fn.args
-    a.add_attribute("noalias")
-    ap.add_attribute("noalias")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(F32, 0.0)
-    with _loop(b, _c64(0), mc, mr_, "i0") as i0:
-        h = _smin(b, b.sub(mc, i0), _c64(mr_))
+    with loop(b, c64(0), mc, mr_, "i0") as i0:
+        h = smin(b, b.sub(mc, i0), c64(mr_))
         dst = _gep(b, ap, b.mul(i0, kc))  # (i0/MR)*kc*MR == i0*kc
         src = _gep(b, a, b.mul(i0, lda))
-        with b.if_else(b.icmp_signed("==", h, _c64(mr_))) as (then, otherwise):
+        with b.if_else(b.icmp_signed("==", h, c64(mr_))) as (then, otherwise):
             with then:
-                rows = [_gep(b, src, b.mul(_c64(r), lda)) for r in range(mr_)]
-                with _loop(b, _c64(0), kc, 1, "ka") as k:
-                    d = _gep(b, dst, b.mul(k, _c64(mr_)))
+                rows = [_gep(b, src, b.mul(c64(r), lda)) for r in range(mr_)]
+                with loop(b, c64(0), kc, 1, "ka") as k:
+                    d = _gep(b, dst, b.mul(k, c64(mr_)))
                     for r in range(mr_):
                         b.store(b.load(_gep(b, rows[r], k), align=4), _gep(b, d, r), align=4)
             with otherwise:
-                hm1 = b.sub(h, _c64(1))
+                hm1 = b.sub(h, c64(1))
                 rows = [
-                    _gep(b, src, b.mul(_smin(b, _c64(r), hm1), lda)) for r in range(mr_)
+                    _gep(b, src, b.mul(smin(b, c64(r), hm1), lda)) for r in range(mr_)
                 ]
-                valid = [b.icmp_signed("<", _c64(r), h) for r in range(mr_)]
-                with _loop(b, _c64(0), kc, 1, "kae") as k:
-                    d = _gep(b, dst, b.mul(k, _c64(mr_)))
+                valid = [b.icmp_signed("<", c64(r), h) for r in range(mr_)]
+                with loop(b, c64(0), kc, 1, "kae") as k:
+                    d = _gep(b, dst, b.mul(k, c64(mr_)))
                     for r in range(mr_):
                         x = b.load(_gep(b, rows[r], k), align=4)
                         b.store(b.select(valid[r], x, zero), _gep(b, d, r), align=4)
@@ -358,31 +323,27 @@ def _emit_pack_b(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     """``pack_b(kc, nc, B, ldb, Bp)``: NR-column slivers, ``Bp[s*kc*NR + k*NR + j]``."""
     nr_, vw = cfg.nr, cfg.vw
     vty = ir.VectorType(F32, vw)
-    fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64, F32P])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.pack_b"))
+    fn, b = _pack_function(module, f"{name}.pack_b")
     kc, nc, bm, ldb, bp = fn.args
-    bm.add_attribute("noalias")
-    bp.add_attribute("noalias")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(F32, 0.0)
-    with _loop(b, _c64(0), nc, nr_, "j0") as j0:
-        w = _smin(b, b.sub(nc, j0), _c64(nr_))
+    with loop(b, c64(0), nc, nr_, "j0") as j0:
+        w = smin(b, b.sub(nc, j0), c64(nr_))
         dst = _gep(b, bp, b.mul(j0, kc))  # (j0/NR)*kc*NR == j0*kc
         src = _gep(b, bm, j0)
-        with b.if_else(b.icmp_signed("==", w, _c64(nr_))) as (then, otherwise):
-            with then, _loop(b, _c64(0), kc, 1, "kb") as k:
+        with b.if_else(b.icmp_signed("==", w, c64(nr_))) as (then, otherwise):
+            with then, loop(b, c64(0), kc, 1, "kb") as k:
                 s = _gep(b, src, b.mul(k, ldb))
-                d = _gep(b, dst, b.mul(k, _c64(nr_)))
+                d = _gep(b, dst, b.mul(k, c64(nr_)))
                 for v in range(nr_ // vw):
                     x = _vload(b, _gep(b, s, v * vw), vty, 4)
                     _vstore(b, x, _gep(b, d, v * vw), min(64, vw * 4))
             with otherwise:
-                wm1 = b.sub(w, _c64(1))
-                cols = [_smin(b, _c64(j), wm1) for j in range(nr_)]
-                valid = [b.icmp_signed("<", _c64(j), w) for j in range(nr_)]
-                with _loop(b, _c64(0), kc, 1, "kbe") as k:
+                wm1 = b.sub(w, c64(1))
+                cols = [smin(b, c64(j), wm1) for j in range(nr_)]
+                valid = [b.icmp_signed("<", c64(j), w) for j in range(nr_)]
+                with loop(b, c64(0), kc, 1, "kbe") as k:
                     s = _gep(b, src, b.mul(k, ldb))
-                    d = _gep(b, dst, b.mul(k, _c64(nr_)))
+                    d = _gep(b, dst, b.mul(k, c64(nr_)))
                     for j in range(nr_):
                         x = b.load(_gep(b, s, cols[j]), align=4)
                         b.store(b.select(valid[j], x, zero), _gep(b, d, j), align=4)
@@ -394,17 +355,17 @@ def _emit_macro(module: ir.Module, name: str, cfg: GemmConfig, ukr: ir.Function)
     """``macro(mc, nc, kc, Ap, Bp, C, ldc, loadc)``: jr over NR slivers, ir over MR slivers."""
     mr_, nr_ = cfg.mr, cfg.nr
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, F32P, F32P, F32P, I64, I1])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.macro"))
+    fn = internal(ir.Function(module, fnty, name=f"{name}.macro"))
     mc, nc, kc, ap, bp, c, ldc, loadc = fn.args
     for a in (ap, bp, c):
         a.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    with _loop(b, _c64(0), nc, nr_, "jr") as jr:
-        nr = _smin(b, b.sub(nc, jr), _c64(nr_))
+    with loop(b, c64(0), nc, nr_, "jr") as jr:
+        nr = smin(b, b.sub(nc, jr), c64(nr_))
         bsl = _gep(b, bp, b.mul(jr, kc))
         ccol = _gep(b, c, jr)
-        with _loop(b, _c64(0), mc, mr_, "ir") as i_r:
-            mr = _smin(b, b.sub(mc, i_r), _c64(mr_))
+        with loop(b, c64(0), mc, mr_, "ir") as i_r:
+            mr = smin(b, b.sub(mc, i_r), c64(mr_))
             asl = _gep(b, ap, b.mul(i_r, kc))
             ct = _gep(b, ccol, b.mul(i_r, ldc))
             b.call(ukr, [kc, asl, bsl, ct, ldc, mr, nr, loadc])
@@ -415,12 +376,12 @@ def _emit_macro(module: ir.Module, name: str, cfg: GemmConfig, ukr: ir.Function)
 def _emit_zero(module: ir.Module, name: str) -> ir.Function:
     """``zero(M, N, C, ldc)``: C[:M, :N] = 0 row by row."""
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.zero"), inline=False)
+    fn = internal(ir.Function(module, fnty, name=f"{name}.zero"), inline=False)
     m, n, c, ldc = fn.args
     memset = module.declare_intrinsic("llvm.memset", [I8P, I64])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    nbytes = b.mul(n, _c64(4))
-    with _loop(b, _c64(0), m, 1, "zr") as i:
+    nbytes = b.mul(n, c64(4))
+    with loop(b, c64(0), m, 1, "zr") as i:
         row = b.bitcast(_gep(b, c, b.mul(i, ldc)), I8P)
         b.call(memset, [row, ir.Constant(I8, 0), nbytes, ir.Constant(I1, 0)])
     b.ret_void()
@@ -432,10 +393,10 @@ def _early_exits(
     ldc: ir.Value, acc: ir.Value, zero: ir.Function,
 ) -> None:
     """Return if M or N ≤ 0; if K ≤ 0 zero-fill C unless accumulating, then return."""
-    empty = b.or_(b.icmp_signed("<=", m, _c64(0)), b.icmp_signed("<=", n, _c64(0)))
+    empty = b.or_(b.icmp_signed("<=", m, c64(0)), b.icmp_signed("<=", n, c64(0)))
     with b.if_then(empty, likely=False):
         b.ret_void()
-    with b.if_then(b.icmp_signed("<=", k, _c64(0)), likely=False):
+    with b.if_then(b.icmp_signed("<=", k, c64(0)), likely=False):
         with b.if_then(b.icmp_signed("==", acc, ir.Constant(I32, 0))):
             b.call(zero, [m, n, c, ldc])
         b.ret_void()
@@ -472,13 +433,6 @@ def emit_gemm_f32(
     return main
 
 
-def _declare(module: ir.Module, fname: str, fnty: ir.FunctionType) -> ir.Function:
-    existing = module.globals.get(fname)
-    if existing is not None:
-        return existing
-    return ir.Function(module, fnty, name=fname)
-
-
 def _emit_main(
     module: ir.Module, name: str, cfg: GemmConfig, pack_a: ir.Function,
     pack_b: ir.Function, macro: ir.Function, zero: ir.Function,
@@ -492,32 +446,32 @@ def _emit_main(
     for nm, arg in zip(("M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc", "accumulate"),
                        fn.args, strict=True):
         arg.name = nm
-    aligned_alloc = _declare(module, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
-    free = _declare(module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+    aligned_alloc = declare_function(module, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
+    free = declare_function(module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
     trap = module.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
 
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _early_exits(b, fn, m, n, k, c, ldc, acc, zero)
 
     # Scratch: one KC×min(NC, roundup(N, NR)) panel of B and one MC×KC block of A.
-    npad = b.mul(b.sdiv(b.add(n, _c64(cfg.nr - 1)), _c64(cfg.nr)), _c64(cfg.nr))
-    bfl = b.mul(_c64(cfg.kc), _smin(b, npad, _c64(cfg.nc)))
-    nbytes = b.mul(b.add(bfl, _c64(cfg.a_buffer_floats)), _c64(4))
-    raw = b.call(aligned_alloc, [_c64(64), nbytes])
+    npad = b.mul(b.sdiv(b.add(n, c64(cfg.nr - 1)), c64(cfg.nr)), c64(cfg.nr))
+    bfl = b.mul(c64(cfg.kc), smin(b, npad, c64(cfg.nc)))
+    nbytes = b.mul(b.add(bfl, c64(cfg.a_buffer_floats)), c64(4))
+    raw = b.call(aligned_alloc, [c64(64), nbytes])
     with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
         b.call(trap, [])
         b.unreachable()
     bbuf = b.bitcast(raw, F32P)
     abuf = _gep(b, bbuf, bfl)
     acc_nz = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
-    with _loop(b, _c64(0), n, cfg.nc, "jc") as jc:
-        nc = _smin(b, b.sub(n, jc), _c64(cfg.nc))
-        with _loop(b, _c64(0), k, cfg.kc, "pc") as pc:
-            kc = _smin(b, b.sub(k, pc), _c64(cfg.kc))
+    with loop(b, c64(0), n, cfg.nc, "jc") as jc:
+        nc = smin(b, b.sub(n, jc), c64(cfg.nc))
+        with loop(b, c64(0), k, cfg.kc, "pc") as pc:
+            kc = smin(b, b.sub(k, pc), c64(cfg.kc))
             b.call(pack_b, [kc, nc, _gep(b, _gep(b, bm, b.mul(pc, ldb)), jc), ldb, bbuf])
-            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, _c64(0)))
-            with _loop(b, _c64(0), m, cfg.mc, "ic") as ic:
-                mc = _smin(b, b.sub(m, ic), _c64(cfg.mc))
+            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, c64(0)))
+            with loop(b, c64(0), m, cfg.mc, "ic") as ic:
+                mc = smin(b, b.sub(m, ic), c64(cfg.mc))
                 b.call(pack_a, [mc, kc, _gep(b, _gep(b, a, b.mul(ic, lda)), pc), lda, abuf])
                 cblk = _gep(b, _gep(b, c, b.mul(ic, ldc)), jc)
                 b.call(macro, [mc, nc, kc, abuf, bbuf, cblk, ldc, loadc])
@@ -540,12 +494,12 @@ def _emit_pack_b_full(
     fn.attributes.add("nounwind")
     k, ncols, bm, ldb, bp, npad, s0 = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    with b.if_then(b.icmp_signed("<=", ncols, _c64(0)), likely=False):
+    with b.if_then(b.icmp_signed("<=", ncols, c64(0)), likely=False):
         b.ret_void()
-    with _loop(b, _c64(0), k, cfg.kc, "pc") as pc:
-        kc = _smin(b, b.sub(k, pc), _c64(cfg.kc))
+    with loop(b, c64(0), k, cfg.kc, "pc") as pc:
+        kc = smin(b, b.sub(k, pc), c64(cfg.kc))
         blk = _gep(b, bp, b.mul(pc, npad))
-        dst = _gep(b, blk, b.mul(b.mul(s0, kc), _c64(cfg.nr)))
+        dst = _gep(b, blk, b.mul(b.mul(s0, kc), c64(cfg.nr)))
         b.call(pack_b, [kc, ncols, _gep(b, bm, b.mul(pc, ldb)), ldb, dst])
     b.ret_void()
     return fn
@@ -569,16 +523,16 @@ def _emit_prepacked(
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _early_exits(b, fn, m, n, k, c, ldc, acc, zero)
     acc_nz = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
-    with _loop(b, _c64(0), n, cfg.nc, "jc") as jc:
-        nc = _smin(b, b.sub(n, jc), _c64(cfg.nc))
-        sj = b.add(s0, b.sdiv(jc, _c64(cfg.nr)))
-        with _loop(b, _c64(0), k, cfg.kc, "pc") as pc:
-            kc = _smin(b, b.sub(k, pc), _c64(cfg.kc))
+    with loop(b, c64(0), n, cfg.nc, "jc") as jc:
+        nc = smin(b, b.sub(n, jc), c64(cfg.nc))
+        sj = b.add(s0, b.sdiv(jc, c64(cfg.nr)))
+        with loop(b, c64(0), k, cfg.kc, "pc") as pc:
+            kc = smin(b, b.sub(k, pc), c64(cfg.kc))
             blk = _gep(b, bp, b.mul(pc, npad))
-            bsl = _gep(b, blk, b.mul(b.mul(sj, kc), _c64(cfg.nr)))
-            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, _c64(0)))
-            with _loop(b, _c64(0), m, cfg.mc, "ic") as ic:
-                mc = _smin(b, b.sub(m, ic), _c64(cfg.mc))
+            bsl = _gep(b, blk, b.mul(b.mul(sj, kc), c64(cfg.nr)))
+            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, c64(0)))
+            with loop(b, c64(0), m, cfg.mc, "ic") as ic:
+                mc = smin(b, b.sub(m, ic), c64(cfg.mc))
                 b.call(pack_a, [mc, kc, _gep(b, _gep(b, a, b.mul(ic, lda)), pc), lda, abuf])
                 cblk = _gep(b, _gep(b, c, b.mul(ic, ldc)), jc)
                 b.call(macro, [mc, nc, kc, abuf, bsl, cblk, ldc, loadc])
@@ -595,12 +549,12 @@ def _emit_spin_wait(module: ir.Module, name: str) -> ir.Function:
     on this core instead of us burning it.
     """
     fnty = ir.FunctionType(I1, [I64.as_pointer(), I64, I64])
-    fn = _internal(ir.Function(module, fnty, name=f"{name}.wait"), inline=False)
+    fn = internal(ir.Function(module, fnty, name=f"{name}.wait"), inline=False)
     ctr, target, max_cycles = fn.args
     rdtsc = declare_intrinsic(module, "llvm.readcyclecounter", [], I64, [])
-    sched_yield = _declare(module, "sched_yield", ir.FunctionType(I32, []))
+    sched_yield = declare_function(module, "sched_yield", ir.FunctionType(I32, []))
     entry = fn.append_basic_block("entry")
-    loop = fn.append_basic_block("loop")
+    poll = fn.append_basic_block("loop")
     spin = fn.append_basic_block("spin")
     do_yield = fn.append_basic_block("yield")
     check = fn.append_basic_block("check")
@@ -608,21 +562,21 @@ def _emit_spin_wait(module: ir.Module, name: str) -> ir.Function:
     no = fn.append_basic_block("no")
     b = ir.IRBuilder(entry)
     t0 = b.call(rdtsc, [])
-    b.branch(loop)
-    b.position_at_end(loop)
+    b.branch(poll)
+    b.position_at_end(poll)
     v = b.load_atomic(ctr, "acquire", 8)
     b.cbranch(b.icmp_signed(">=", v, target), yes, spin)
     b.position_at_end(spin)
     elapsed = b.sub(b.call(rdtsc, []), t0)
-    b.cbranch(b.icmp_signed(">", elapsed, _c64(_SPIN_ONLY_CYCLES)), do_yield, check)
+    b.cbranch(b.icmp_signed(">", elapsed, c64(_SPIN_ONLY_CYCLES)), do_yield, check)
     b.position_at_end(do_yield)
     b.call(sched_yield, [])
     b.branch(check)
     b.position_at_end(check)
     if host_target().triple.startswith(("x86_64", "i386", "i686")):
-        pause = _declare(module, "llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), []))
+        pause = declare_function(module, "llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), []))
         b.call(pause, [])
-    b.cbranch(b.icmp_signed(">", elapsed, max_cycles), no, loop)
+    b.cbranch(b.icmp_signed(">", elapsed, max_cycles), no, poll)
     b.position_at_end(yes)
     b.ret(ir.Constant(I1, 1))
     b.position_at_end(no)
@@ -666,7 +620,7 @@ def _emit_task(
     ctr = [_gep(b, sync, i) for i in range(5)]
 
     def ceil_div(x: ir.Value, y: ir.Value) -> ir.Value:
-        return b.sdiv(b.add(x, b.sub(y, _c64(1))), y)
+        return b.sdiv(b.add(x, b.sub(y, c64(1))), y)
 
     def claim_loop(counter: ir.Value, count: ir.Value, tag: str) -> Iterator[ir.Value]:
         """Yield claimed chunk indices q (< count) inside a loop body."""
@@ -676,7 +630,7 @@ def _emit_task(
         end = fn_.append_basic_block(f"{tag}.end")
         b.branch(hdr)
         b.position_at_end(hdr)
-        q = b.atomic_rmw("add", counter, _c64(1), "monotonic")
+        q = b.atomic_rmw("add", counter, c64(1), "monotonic")
         b.cbranch(b.icmp_signed("<", q, count), body, end)
         b.position_at_end(body)
         yield q
@@ -686,9 +640,9 @@ def _emit_task(
     npack = ceil_div(n, pack_cols)
     for q in claim_loop(ctr[0], npack, "pack"):
         j0 = b.mul(q, pack_cols)
-        ncols = _smin(b, pack_cols, b.sub(n, j0))
-        b.call(pack_full, [k, ncols, _gep(b, bm, j0), ldb, bp, npad, b.sdiv(j0, _c64(cfg.nr))])
-        b.atomic_rmw("add", ctr[1], _c64(1), "release")
+        ncols = smin(b, pack_cols, b.sub(n, j0))
+        b.call(pack_full, [k, ncols, _gep(b, bm, j0), ldb, bp, npad, b.sdiv(j0, c64(cfg.nr))])
+        b.atomic_rmw("add", ctr[1], c64(1), "release")
     with b.if_then(b.not_(b.call(spin_wait, [ctr[1], npack, max_cycles])), likely=False):
         b.ret(ir.Constant(I32, 1))
 
@@ -697,13 +651,13 @@ def _emit_task(
     for q in claim_loop(ctr[2], nchunks, "comp"):
         i0 = b.mul(b.sdiv(q, cn), chunk_m)
         j0 = b.mul(b.srem(q, cn), chunk_n)
-        mc = _smin(b, chunk_m, b.sub(m, i0))
-        nc = _smin(b, chunk_n, b.sub(n, j0))
+        mc = smin(b, chunk_m, b.sub(m, i0))
+        nc = smin(b, chunk_n, b.sub(n, j0))
         b.call(prepacked, [
             mc, nc, k, _gep(b, a, b.mul(i0, lda)), lda, bp, npad,
-            b.sdiv(j0, _c64(cfg.nr)), _gep(b, c, b.add(b.mul(i0, ldc), j0)), ldc, acc, abuf,
+            b.sdiv(j0, c64(cfg.nr)), _gep(b, c, b.add(b.mul(i0, ldc), j0)), ldc, acc, abuf,
         ])
-        b.atomic_rmw("add", ctr[4], _c64(1), "release")
+        b.atomic_rmw("add", ctr[4], c64(1), "release")
     # (the second condition is emitted inside the first block)
     with b.if_then(b.icmp_signed("!=", wait_done, ir.Constant(I32, 0))), b.if_then(
         b.not_(b.call(spin_wait, [ctr[4], nchunks, max_cycles])), likely=False

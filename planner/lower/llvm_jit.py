@@ -35,6 +35,8 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from planner.lower.llvm_helpers import declare_function
+
 __all__ = [
     "CompiledModule",
     "JitCache",
@@ -302,10 +304,7 @@ def declare_intrinsic(
 ) -> ir.Function:
     """Get or declare ``base.<suffixes>`` (e.g. ``llvm.fma.v8f32``) in ``module``."""
     name = ".".join([base, *(intrinsic_suffix(t) for t in overloads)])
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    return ir.Function(module, ir.FunctionType(ret, args), name=name)
+    return declare_function(module, name, ir.FunctionType(ret, args))
 
 
 def compile_module(

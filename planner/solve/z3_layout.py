@@ -42,14 +42,14 @@ Concrete layouts of at most :data:`ENUMERATION_LIMIT` elements are enumerated wi
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import z3
 
 from planner.ir.expr import Const, Expr
-from planner.ir.layout import Layout, XorSwizzle
+from planner.ir.layout import Layout, XorSwizzle, concrete_offsets, first_collision
 from planner.solve.z3_exprs import SymbolSpace, check
 
 #: Concrete layouts with at most this many elements are checked by enumeration.
@@ -214,11 +214,9 @@ def _evals(m: z3.ModelRef, terms: Sequence[z3.ArithRef]) -> list[int]:
 
 def prove_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int = 2000) -> Verdict:
     """Distinct logical elements never share a storage offset (S13)."""
-    conc = concrete_layout(layout, space)
-    if conc is not None and any(e <= 0 for e in conc[0]):
-        return Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
-    if conc is not None and _enumerable(*conc):
-        return _enumerate_injective(layout, *conc)
+    conc, small = _concrete_cases(layout, space, _enumerate_injective)
+    if small is not None:
+        return small
     swz = prove_swizzle_bijective(layout.swizzles, time_limit_ms)
     if swz.status != "proved":
         return _z3_injective(layout, space, time_limit_ms, swizzled=True)
@@ -238,6 +236,20 @@ def prove_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int = 200
                    out.counterexample, out.method)
 
 
+def _concrete_cases(
+    layout: Layout, space: SymbolSpace,
+    enumerate_: Callable[[Layout, list[int], list[int]], Verdict],
+) -> tuple[tuple[list[int], list[int]] | None, Verdict | None]:
+    """The concrete extents and strides (None when symbolic), and the verdict when they
+    give an empty domain or one small enough for ``enumerate_``."""
+    conc = concrete_layout(layout, space)
+    if conc is not None and any(e <= 0 for e in conc[0]):
+        return conc, Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
+    if conc is not None and _enumerable(*conc):
+        return conc, enumerate_(layout, *conc)
+    return conc, None
+
+
 def _enumerable(extents: Sequence[int], strides: Sequence[int]) -> bool:
     n = 1
     for e in extents:
@@ -246,31 +258,13 @@ def _enumerable(extents: Sequence[int], strides: Sequence[int]) -> bool:
     return n <= ENUMERATION_LIMIT and reach < _ENUM_OFFSET_LIMIT
 
 
-def _offsets(layout: Layout, extents: Sequence[int], strides: Sequence[int]) -> np.ndarray:
-    out = np.zeros(extents, dtype=np.int64)
-    for axis, (n, st) in enumerate(zip(extents, strides, strict=True)):
-        view = [1] * len(extents)
-        view[axis] = n
-        out = out + (np.arange(n, dtype=np.int64) * st).reshape(view)
-    for sw in layout.swizzles:
-        out = sw.apply(out)
-    return out
-
-
 def _enumerate_injective(layout: Layout, extents: list[int], strides: list[int]) -> Verdict:
-    offs = _offsets(layout, extents, strides)
-    flat = offs.reshape(-1)
-    if flat.size >= 2:
-        order = np.argsort(flat, kind="stable")
-        dup = np.nonzero(flat[order][1:] == flat[order][:-1])[0]
-        if dup.size:
-            a, b = int(order[dup[0]]), int(order[dup[0] + 1])
-            ua = [int(x) for x in np.unravel_index(a, offs.shape)]
-            ub = [int(x) for x in np.unravel_index(b, offs.shape)]
-            cex = {**_index_cex("u", ua), **_index_cex("v", ub), "offset": int(flat[a])}
-            return Verdict("refuted", f"elements {ua} and {ub} both map to storage offset "
-                           f"{int(flat[a])}", cex, "enumeration")
-    return Verdict("proved", f"all {flat.size:,} elements map to distinct offsets", None,
+    offs = concrete_offsets(extents, strides, layout.swizzles)
+    collision = first_collision(offs)
+    if collision is not None:
+        ua, ub, off = collision
+        return _collision(list(ua), list(ub), off, {}, "enumeration")
+    return Verdict("proved", f"all {offs.size:,} elements map to distinct offsets", None,
                    "enumeration")
 
 
@@ -342,9 +336,14 @@ def _z3_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int,
     off = m.eval(a.offset, model_completion=True).as_long()
     if not swizzled:
         off = apply_swizzles(layout.swizzles, off)
+    return _collision(ua, ub, off, syms, "z3")
+
+
+def _collision(ua: list[int], ub: list[int], off: int, syms: dict[str, int],
+               method: str) -> Verdict:
     cex = {**syms, **_index_cex("u", ua), **_index_cex("v", ub), "offset": off}
     return Verdict("refuted", f"elements {ua} and {ub} both map to storage offset {off}"
-                   f"{_symbols_text(syms)}", cex, "z3")
+                   f"{_symbols_text(syms)}", cex, method)
 
 
 # --------------------------------------------------------------------------- bounds
@@ -352,11 +351,9 @@ def _z3_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int,
 
 def prove_in_bounds(layout: Layout, space: SymbolSpace, time_limit_ms: int = 2000) -> Verdict:
     """Every element of the domain lands in ``[0, storage)`` and every term is defined."""
-    conc = concrete_layout(layout, space)
-    if conc is not None and any(e <= 0 for e in conc[0]):
-        return Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
-    if conc is not None and _enumerable(*conc):
-        return _enumerate_in_bounds(layout, *conc)
+    conc, small = _concrete_cases(layout, space, _enumerate_in_bounds)
+    if small is not None:
+        return small
     swz = prove_swizzle_bijective(layout.swizzles, time_limit_ms)
     if swz.status != "proved":
         return _z3_in_bounds_composed(layout, space, time_limit_ms)
@@ -368,17 +365,14 @@ def prove_in_bounds(layout: Layout, space: SymbolSpace, time_limit_ms: int = 200
 
 
 def _enumerate_in_bounds(layout: Layout, extents: list[int], strides: list[int]) -> Verdict:
-    offs = _offsets(layout, extents, strides)
+    offs = concrete_offsets(extents, strides, layout.swizzles)
     storage = concrete_storage(extents, strides, layout.swizzles)
     flat = offs.reshape(-1)
     lo, hi = int(flat.argmin()), int(flat.argmax())
     for pos, bad in ((lo, flat[lo] < 0), (hi, flat[hi] >= storage)):
         if bad:
             u = [int(x) for x in np.unravel_index(pos, offs.shape)]
-            off = int(flat[pos])
-            cex = {**_index_cex("u", u), "offset": off, "storage": storage}
-            return Verdict("refuted", f"element {u} maps to offset {off}, outside the storage "
-                           f"[0, {storage})", cex, "enumeration")
+            return _outside_storage(u, int(flat[pos]), storage, {}, "enumeration")
     return Verdict("proved", f"offsets of all {flat.size:,} elements lie in [0, {storage})",
                    None, "enumeration")
 
@@ -401,15 +395,11 @@ def _z3_in_bounds_strided(layout: Layout, space: SymbolSpace, time_limit_ms: int
     syms = space.model_values(m)
     bad = [i for i, c in enumerate(negative) if z3.is_true(m.eval(c, model_completion=True))]
     if not bad or not z3.is_true(m.eval(space.nonzero_divisors(), model_completion=True)):
-        return Verdict("refuted", f"a divisor in the layout may be zero{_symbols_text(syms)}:"
-                       " the address map is not total", syms, "z3")
+        return _not_total(syms)
     u = [0] * layout.rank
     u[bad[0]] = _evals(m, [exts[bad[0]] - 1])[0]
     off = apply_swizzles(layout.swizzles, _evals(m, [(exts[bad[0]] - 1) * strides[bad[0]]])[0])
-    size = _evals(m, [storage])[0]
-    cex = {**syms, **_index_cex("u", u), "offset": off, "storage": size}
-    return Verdict("refuted", f"element {u} maps to offset {off}, outside the storage "
-                   f"[0, {size}){_symbols_text(syms)}", cex, "z3")
+    return _outside_storage(u, off, _evals(m, [storage])[0], syms, "z3")
 
 
 def _z3_in_bounds_composed(layout: Layout, space: SymbolSpace, time_limit_ms: int) -> Verdict:
@@ -428,12 +418,21 @@ def _z3_in_bounds_composed(layout: Layout, space: SymbolSpace, time_limit_ms: in
     u = _evals(m, a.index)
     syms = space.model_values(m)
     if not z3.is_true(m.eval(space.nonzero_divisors(), model_completion=True)):
-        return Verdict("refuted", f"a divisor in the layout may be zero{_symbols_text(syms)}:"
-                       " the address map is not total", syms, "z3")
+        return _not_total(syms)
     off, size = _evals(m, [a.offset, storage])
+    return _outside_storage(u, off, size, syms, "z3")
+
+
+def _not_total(syms: dict[str, int]) -> Verdict:
+    return Verdict("refuted", f"a divisor in the layout may be zero{_symbols_text(syms)}:"
+                   " the address map is not total", syms, "z3")
+
+
+def _outside_storage(u: list[int], off: int, size: int, syms: dict[str, int],
+                     method: str) -> Verdict:
     cex = {**syms, **_index_cex("u", u), "offset": off, "storage": size}
     return Verdict("refuted", f"element {u} maps to offset {off}, outside the storage "
-                   f"[0, {size}){_symbols_text(syms)}", cex, "z3")
+                   f"[0, {size}){_symbols_text(syms)}", cex, method)
 
 
 def layout_exprs(layout: Layout) -> tuple[Expr, ...]:
