@@ -53,16 +53,21 @@ explicit one above).  ``max``/``min`` are ``llvm.maximum``/``llvm.minimum``
 instead of trapping.  Buffers are 64-byte aligned; loads and stores assume only element
 alignment (unaligned vector accesses cost nothing extra on aligned data).
 
-``mma`` calls a small vectorized kernel for tiny products and otherwise the packed,
-register-blocked GEMM of :mod:`planner.lower.llvm_gemm`, directly on buffers or on a
-view window in place (staged with its fill when it is an edge tile).
+``mma`` calls a small vectorized kernel for tiny products of unit-inner-stride operands
+and otherwise the packed, register-blocked GEMM of :mod:`planner.lower.llvm_gemm`
+(:func:`~planner.lower.llvm_gemm.emit_gemm_f32_strided`), directly on buffers (with
+both their element strides) or on a view window in place (staged with its fill when it
+is an edge tile).  A staging copy ``%stage[i, j] = %src[i, j]`` that the loop program
+puts before an mma (for a column-major ``Bs``, say) is skipped and the mma packs
+``%src`` through its strides.  The GEMM's packing scratch is allocated once per call of
+the segment function (i.e. per worker), grown on demand and freed on return.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 import llvmlite.ir as ir
 
@@ -71,7 +76,7 @@ from planner.ir.core import BinaryFn, ReduceFn, UnaryFn
 from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul, product
 from planner.lower import loop_program as lp
-from planner.lower.llvm_gemm import GemmConfig, emit_gemm_f32
+from planner.lower.llvm_gemm import GemmConfig, emit_gemm_f32_strided, emit_scratch_floats
 from planner.lower.llvm_helpers import (
     F32,
     F32P,
@@ -82,11 +87,13 @@ from planner.lower.llvm_helpers import (
     I64,
     I64P,
     c64,
+    declare_function,
     internal,
     loop,
     smax,
     smin,
     splat,
+    transpose,
 )
 from planner.lower.llvm_jit import TargetSpec, declare_intrinsic, host_target
 from planner.lower.llvm_vecmath import emit_exp, emit_log, emit_tanh
@@ -268,6 +275,8 @@ class _Fn(_IR):
         self.bases: dict[str, ir.Value] = {}
         self.views: dict[str, ir.Value] = {}
         self.entry = self.b.block
+        self.scratch: tuple[ir.Value, ir.Value] | None = None  # mma packing scratch
+        self.mma_forward: dict[str, lp.MmaBuf] = {}  # staging copies skipped (body)
 
     # ------------------------------------------------------------------ entry
 
@@ -307,6 +316,7 @@ class _Fn(_IR):
             for name, base, stride in per_instance:
                 self.bases[name] = b.gep(base, [b.mul(inst, stride)])
             self.body(self.seg.body)
+        self.free_scratch()
         b.ret_void()
 
     def bind(self, vars_: tuple[str, ...], extents: tuple[Expr, ...], lin: ir.Value) -> None:
@@ -322,8 +332,13 @@ class _Fn(_IR):
             rest = self.b.udiv(rest, safe)
 
     def body(self, stmts: tuple[lp.Stmt, ...]) -> None:
-        for s in stmts:
+        skip, subst = self.forwarded_copies(stmts)
+        for i, s in enumerate(stmts):
+            if i in skip:
+                continue
+            self.mma_forward = subst.get(i, {})
             _STMT[type(s)](self, s)
+        self.mma_forward = {}
 
     def alloca(self, t: ir.Type) -> ir.Value:
         with self.b.goto_block(self.entry):
@@ -775,7 +790,7 @@ class _Fn(_IR):
                     addr = b.bitcast(b.gep(sp, [self.expr(so)]), vt.as_pointer())
                     cols.append(b.load(addr, align=_align(vt.element)))
                 self.env[v1] = b1
-                for r, row in enumerate(_transpose(b, cols)):
+                for r, row in enumerate(transpose(b, cols)):
                     self.env[v0] = b.add(b0, c64(r))
                     addr = b.bitcast(b.gep(dp, [self.expr(do)]), vt.as_pointer())
                     b.store(row, addr, align=_align(vt.element))
@@ -878,25 +893,67 @@ class _Fn(_IR):
 
     def mma(self, s: lp.Mma) -> None:
         m, n, k = self.expr(s.m), self.expr(s.n), self.expr(s.k)
-        c_ptr, ldc = self.mma_buffer(s.c)
-        a_ptr, lda = self.mma_operand(s.a)
-        b_ptr, ldb = self.mma_operand(s.b)
+        c_ptr, ldc, _ = self.mma_buffer(s.c)
+        a_ptr, rsa, csa = self.mma_operand(s.a)
+        b_ptr, rsb, csb = self.mma_operand(s.b)
         b = self.b
         acc = ir.Constant(I32, int(s.accumulate))
-        args = [m, n, k, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, acc]
         work = b.mul(b.mul(m, n), k)
         small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
-        with b.if_else(small) as (then, other):
+        unit = b.and_(b.icmp_signed("==", csa, c64(1)), b.icmp_signed("==", csb, c64(1)))
+        with b.if_else(b.and_(small, unit)) as (then, other):
             with then:
-                b.call(self.cg.small_gemm(), args)
+                b.call(self.cg.small_gemm(),
+                       [m, n, k, a_ptr, rsa, b_ptr, rsb, c_ptr, ldc, acc])
             with other:
-                b.call(self.cg.sgemm(), args)
+                scratch = self.gemm_scratch(n)
+                b.call(self.cg.sgemm(), [m, n, k, a_ptr, rsa, csa, b_ptr, rsb, csb, c_ptr,
+                                         ldc, acc, scratch])
 
-    def mma_buffer(self, o: lp.MmaBuf) -> tuple[ir.Value, ir.Value]:
+    def gemm_scratch(self, n: ir.Value) -> ir.Value:
+        """Packing scratch for an mma with ``n`` columns: one buffer per call of the
+        segment function (one per worker), grown on demand and freed on return."""
+        b = self.b
+        if self.scratch is None:
+            with b.goto_block(self.entry):
+                if self.entry.instructions:
+                    b.position_before(self.entry.instructions[0])
+                ptr, cap = b.alloca(F32P, name="gemm.scratch"), b.alloca(I64, name="gemm.cap")
+                b.store(ir.Constant(F32P, None), ptr)
+                b.store(c64(0), cap)
+            self.scratch = (ptr, cap)
+        ptr, cap = self.scratch
+        mod = self.cg.module
+        need = emit_scratch_floats(b, self.cg.gemm_config, n)
+        with b.if_then(b.icmp_signed(">", need, b.load(cap)), likely=False):
+            free = declare_function(mod, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+            alloc = declare_function(mod, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
+            trap = mod.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
+            b.call(free, [b.bitcast(b.load(ptr), I8P)])
+            raw = b.call(alloc, [c64(64), b.mul(need, c64(4))])  # need*4: a multiple of 64
+            with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
+                b.call(trap, [])
+            b.store(b.bitcast(raw, F32P), ptr)
+            b.store(need, cap)
+        return b.load(ptr)
+
+    def free_scratch(self) -> None:
+        if self.scratch is not None:
+            free = declare_function(self.cg.module, "free",
+                                    ir.FunctionType(ir.VoidType(), [I8P]))
+            self.b.call(free, [self.b.bitcast(self.b.load(self.scratch[0]), I8P)])
+
+    def mma_buffer(self, o: lp.MmaBuf) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Pointer, row stride and column stride (elements) of a buffer operand."""
+        o = self.mma_forward.get(o.buffer, o)
         buf = self.cg.program.buffer(o.buffer)
-        return self.buffer_ptr(o.buffer, o.version), self.expr(buf.layout.strides[0])
+        strides = buf.layout.strides
+        return (self.buffer_ptr(o.buffer, o.version), self.expr(strides[0]),
+                self.expr(strides[1]))
 
-    def mma_operand(self, o: lp.MmaBuf | lp.MmaView) -> tuple[ir.Value, ir.Value]:
+    def mma_operand(self, o: lp.MmaBuf | lp.MmaView
+                    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Pointer, row stride and column stride (elements) of an mma operand."""
         if isinstance(o, lp.MmaBuf):
             return self.mma_buffer(o)
         b = self.b
@@ -925,7 +982,44 @@ class _Fn(_IR):
         ld = b.phi(I64)
         ld.add_incoming(stride0, blk_in)
         ld.add_incoming(ld_out, blk_out)
-        return ptr, ld
+        return ptr, ld, c64(1)
+
+    def forwarded_copies(self, stmts: tuple[lp.Stmt, ...]
+                         ) -> tuple[set[int], dict[int, dict[str, lp.MmaBuf]]]:
+        """Staging copies an mma can skip: ``%stage[i, j] = %src[i, j]`` of a whole
+        operand, followed (with only nests writing other buffers in between) by the mma
+        that reads ``%stage``. The packed GEMM takes both element strides of ``%src``
+        (a column-major ``Bs``, say) and packs it directly, so the copy is dropped and
+        the mma reads ``%src``. Returns the indices of the skipped copies and, per mma
+        index, the operand substitutions."""
+        skip: set[int] = set()
+        subst: dict[int, dict[str, lp.MmaBuf]] = {}
+        prog = self.cg.program
+        for j, mm in enumerate(stmts):
+            if not isinstance(mm, lp.Mma):
+                continue
+            for o, dims in ((mm.a, (mm.m, mm.k)), (mm.b, (mm.k, mm.n))):
+                if not isinstance(o, lp.MmaBuf) or o.version != Const(0):
+                    continue
+                stage = prog.buffer(o.buffer)
+                if stage.role != "stage":
+                    continue
+                for i in range(j - 1, -1, -1):
+                    s = stmts[i]
+                    if not isinstance(s, lp.Nest) or not isinstance(s.dest, lp.BufWrite):
+                        break
+                    if s.dest.buffer != o.buffer:
+                        continue  # another nest; checked below that it leaves src alone
+                    src = _plain_copy_source(s, prog, dims)
+                    between = stmts[i + 1 : j]  # nests writing buffers (checked above)
+                    if src is not None and all(
+                            t.dest.buffer != src.buffer  # type: ignore[union-attr]
+                            and o.buffer not in _buffers_read(t.value)  # type: ignore[union-attr]
+                            for t in between):
+                        skip.add(i)
+                        subst.setdefault(j, {})[o.buffer] = src
+                    break
+        return skip, subst
 
     # ------------------------------------------------------------------ structure
 
@@ -954,24 +1048,37 @@ class _Fn(_IR):
         instance, in program order (cross-worker ordering is the segment join)."""
 
 
-def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """Transpose a W×W matrix held as W vectors (W a power of two): log2(W) rounds, each
-    exchanging h×h blocks between rows i and i + h with two shuffles per row pair."""
-    w = len(rows)
-    rows = list(rows)
-    h = w // 2
-    while h >= 1:
-        first = [x for blk in range(w // (2 * h)) for x in
-                 [*(blk * 2 * h + j for j in range(h)), *(w + blk * 2 * h + j for j in range(h))]]
-        second = [x + h for x in first]
-        for i in range(w):
-            if i & h:
-                continue
-            x, y = rows[i], rows[i + h]
-            rows[i] = b.shuffle_vector(x, y, ir.Constant(_vec(I32, w), first))
-            rows[i + h] = b.shuffle_vector(x, y, ir.Constant(_vec(I32, w), second))
-        h //= 2
-    return rows
+def _buffers_read(e: object) -> set[str]:
+    """Names of the buffers an element expression reads."""
+    if isinstance(e, lp.BufRead):
+        return {e.buffer} | _buffers_read(e.index)
+    if isinstance(e, tuple):
+        return set().union(*(_buffers_read(x) for x in e))
+    if is_dataclass(e) and isinstance(e, lp.Elem):
+        return set().union(*(_buffers_read(getattr(e, f.name)) for f in fields(e)))
+    return set()
+
+
+def _plain_copy_source(s: lp.Nest, prog: lp.LoopProgram, dims: tuple[Expr, Expr]
+                       ) -> lp.MmaBuf | None:
+    """``src`` when ``s`` is ``%stage[i, j] = %src<v>[i, j]`` over exactly ``dims``, with
+    ``%src`` an f32 buffer of plain (unswizzled) strides; else None."""
+    dest, val = s.dest, s.value
+    if not (isinstance(dest, lp.BufWrite) and isinstance(val, lp.BufRead)):
+        return None
+    if dest.version != Const(0) or val.index != dest.index or len(dest.index) != 2:
+        return None
+    ext = dict(zip(s.vars, s.extents, strict=True))
+    if not all(isinstance(x, Sym) and x.name in ext for x in dest.index) \
+            or len(set(dest.index)) != 2 or len(s.vars) != 2:
+        return None
+    if tuple(ext[x.name] for x in dest.index) != dims:  # type: ignore[union-attr]
+        return None
+    src = prog.buffer(val.buffer)
+    if src.dtype is not DType.F32 or src.layout.swizzles or src.layout.rank != 2 \
+            or val.dtype is not DType.F32:
+        return None
+    return lp.MmaBuf(val.buffer, val.version)
 
 
 def _align(t: ir.Type) -> int:
@@ -1211,15 +1318,23 @@ class _Module:
         self.info_rank = ranks[:-1]
         self._sgemm: ir.Function | None = None
         self._small: ir.Function | None = None
+        self._gemm_config: GemmConfig | None = None
 
     def stride_sym(self, view: str, d: int) -> str:
         i = next(i for i, p in enumerate(self.program.params) if p.name == view)
         return f"v.{i}.s.{d}"
 
+    @property
+    def gemm_config(self) -> GemmConfig:
+        if self._gemm_config is None:
+            self._gemm_config = self.config.gemm or GemmConfig.for_target()
+        return self._gemm_config
+
     def sgemm(self) -> ir.Function:
+        """The strided packed GEMM with caller-provided scratch (emitted on first use)."""
         if self._sgemm is None:
-            self._sgemm = emit_gemm_f32(self.module, f"{self.program.kernel}.sgemm",
-                                        config=self.config.gemm)
+            self._sgemm = emit_gemm_f32_strided(self.module, f"{self.program.kernel}.sgemm",
+                                                config=self.gemm_config)
         return self._sgemm
 
     def small_gemm(self) -> ir.Function:

@@ -11,6 +11,15 @@ to ``planner_sgemm``; all matrices row-major with element strides)::
         taken with aligned_alloc and freed before returning (no shared state, so
         concurrent calls on disjoint C are safe; a failed allocation traps).
 
+:func:`emit_gemm_f32_strided` adds instead (what ``cpu_codegen`` calls for ``mma``)::
+
+    void name(i64 M, i64 N, i64 K, float* A, i64 rsa, i64 csa, float* B, i64 rsb,
+              i64 csb, float* C, i64 ldc, i32 accumulate, float* scratch)
+        The same GEMM with both element strides of A and B (a transposed A or a
+        column-major B is packed directly, without a copy) and caller-provided packing
+        scratch of :meth:`GemmConfig.scratch_floats` floats (64-byte aligned), so a
+        caller that runs many GEMMs allocates once. Bit-identical to ``name`` above.
+
 With ``threaded_entry_points=True`` (what :class:`SgemmKernel` compiles)::
 
     void name_pack_b(i64 K, i64 ncols, float* B, i64 ldb, float* Bp, i64 npad, i64 s0)
@@ -47,7 +56,9 @@ B → ``ic`` (MC rows) → pack an MC×KC block of A → ``jr`` (NR columns) →
   A is stored as MR-row slivers (``Ap[i][k][r]``) and packed B as NR-column slivers
   (``Bp[s][k][j]``), so the micro-kernel streams both with unit stride, the B sliver
   (KC·NR·4 = 16 KiB) stays in L1, the A block (MC·KC·4 ≈ 144 KiB) in L2 and the B panel
-  in L3, whatever lda/ldb are. Packing zero-pads the edges, so the micro-kernel always
+  in L3, whatever the strides are (a column-major B sliver is packed with VW×VW
+  in-register transposes, a row-major A sliver with MR-row transposes). Packing zero-pads
+  the edges, so the micro-kernel always
   computes a full tile and only the store to C is masked (a scalar edge path through a
   stack tile).
 * **Blocking** (AVX2): MR=6, NR=16, KC=256, MC=144, NC=4080 (BLIS's Zen 3 choice:
@@ -101,8 +112,10 @@ from planner.lower.llvm_helpers import (
     declare_function,
     internal,
     loop,
+    smax,
     smin,
     splat,
+    transpose,
 )
 from planner.lower.llvm_jit import (
     CompiledModule,
@@ -118,6 +131,8 @@ __all__ = [
     "SgemmKernel",
     "default_sgemm_kernel",
     "emit_gemm_f32",
+    "emit_gemm_f32_strided",
+    "emit_scratch_floats",
     "sgemm",
 ]
 
@@ -162,6 +177,12 @@ class GemmConfig:
     def b_buffer_floats(self, n: int) -> int:
         """Floats of scratch for one packed KC×NC panel of B (N columns)."""
         return self.kc * min(self.nc, _round_up(max(n, 1), self.nr))
+
+    def scratch_floats(self, n: int) -> int:
+        """Floats of the ``scratch`` of :func:`emit_gemm_f32_strided` for N columns: a
+        packed B panel, then a packed A block (both 64-byte aligned in a 64-byte aligned
+        buffer)."""
+        return self.b_buffer_floats(n) + self.a_buffer_floats
 
 
 def _round_up(x: int, m: int) -> int:
@@ -278,75 +299,123 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
 
 
 def _pack_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
-    """An internal ``void name(i64, i64, float* src, i64 ld, float* dst)`` with noalias
-    ``src`` and ``dst``, and a builder at its entry block."""
-    fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64, F32P])
+    """An internal ``void name(i64, i64, float* src, i64 rs, i64 cs, float* dst)`` with
+    noalias ``src`` and ``dst``, and a builder at its entry block."""
+    fnty = ir.FunctionType(ir.VoidType(), [I64, I64, F32P, I64, I64, F32P])
     fn = internal(ir.Function(module, fnty, name=name))
     fn.args[2].add_attribute("noalias")
-    fn.args[4].add_attribute("noalias")
+    fn.args[5].add_attribute("noalias")
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
 def _emit_pack_a(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
-    """``pack_a(mc, kc, A, lda, Ap)``: MR-row slivers, ``Ap[i*kc*MR + k*MR + r]``."""
+    """``pack_a(mc, kc, A, rsa, csa, Ap)``: A[i, k] at ``A[i*rsa + k*csa]`` into MR-row
+    slivers, ``Ap[i*kc*MR + k*MR + r]``. Full slivers of a row-major A (``csa == 1``)
+    take the fast path; every other case (edges, transposed or strided A) loads through
+    both strides."""
     mr_ = cfg.mr
     fn, b = _pack_function(module, f"{name}.pack_a")
-    mc, kc, a, lda, ap = fn.args
+    mc, kc, a, rsa, csa, ap = fn.args
     zero = ir.Constant(F32, 0.0)
+    unit = b.icmp_signed("==", csa, c64(1))
+    wt = 1 << (mr_ - 1).bit_length()
+    wty = ir.VectorType(F32, wt)
+    kvec = b.mul(b.sdiv(kc, c64(wt)), c64(wt))
     with loop(b, c64(0), mc, mr_, "i0") as i0:
         h = smin(b, b.sub(mc, i0), c64(mr_))
         dst = _gep(b, ap, b.mul(i0, kc))  # (i0/MR)*kc*MR == i0*kc
-        src = _gep(b, a, b.mul(i0, lda))
-        with b.if_else(b.icmp_signed("==", h, c64(mr_))) as (then, otherwise):
+        src = _gep(b, a, b.mul(i0, rsa))
+        fast = b.and_(b.icmp_signed("==", h, c64(mr_)), unit)
+        with b.if_else(fast) as (then, otherwise):
             with then:
-                rows = [_gep(b, src, b.mul(c64(r), lda)) for r in range(mr_)]
-                with loop(b, c64(0), kc, 1, "ka") as k:
+                # W×W in-register transposes (W = MR rounded up to a power of two, the
+                # extra rows repeat the last one and are dropped), then the k remainder.
+                rows = [_gep(b, src, b.mul(c64(r), rsa)) for r in range(mr_)]
+                with loop(b, c64(0), kvec, wt, "kat") as k0:
+                    vecs = [_vload(b, _gep(b, rows[min(r, mr_ - 1)], k0), wty, 4)
+                            for r in range(wt)]
+                    d = _gep(b, dst, b.mul(k0, c64(mr_)))
+                    for kk, col in enumerate(transpose(b, vecs)):
+                        if wt != mr_:
+                            col = b.shuffle_vector(col, ir.Constant(wty, ir.Undefined),
+                                                   ir.Constant(ir.VectorType(I32, mr_),
+                                                               list(range(mr_))))
+                        _vstore(b, col, _gep(b, d, kk * mr_), 4)
+                with loop(b, kvec, kc, 1, "ka") as k:
                     d = _gep(b, dst, b.mul(k, c64(mr_)))
                     for r in range(mr_):
                         b.store(b.load(_gep(b, rows[r], k), align=4), _gep(b, d, r), align=4)
             with otherwise:
                 hm1 = b.sub(h, c64(1))
                 rows = [
-                    _gep(b, src, b.mul(smin(b, c64(r), hm1), lda)) for r in range(mr_)
+                    _gep(b, src, b.mul(smin(b, c64(r), hm1), rsa)) for r in range(mr_)
                 ]
                 valid = [b.icmp_signed("<", c64(r), h) for r in range(mr_)]
                 with loop(b, c64(0), kc, 1, "kae") as k:
                     d = _gep(b, dst, b.mul(k, c64(mr_)))
+                    kof = b.mul(k, csa)
                     for r in range(mr_):
-                        x = b.load(_gep(b, rows[r], k), align=4)
+                        x = b.load(_gep(b, rows[r], kof), align=4)
                         b.store(b.select(valid[r], x, zero), _gep(b, d, r), align=4)
     b.ret_void()
     return fn
 
 
 def _emit_pack_b(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
-    """``pack_b(kc, nc, B, ldb, Bp)``: NR-column slivers, ``Bp[s*kc*NR + k*NR + j]``."""
+    """``pack_b(kc, nc, B, rsb, csb, Bp)``: B[k, j] at ``B[k*rsb + j*csb]`` into
+    NR-column slivers, ``Bp[s*kc*NR + k*NR + j]``.
+
+    Full slivers of a row-major B (``csb == 1``) are copied with vector loads; full
+    slivers of a column-major B (``rsb == 1``) with VW×VW in-register transposes (VW
+    vector loads down VW columns, VW vector stores along packed rows); edges and any other
+    strides load element by element.
+    """
     nr_, vw = cfg.nr, cfg.vw
     vty = ir.VectorType(F32, vw)
+    pal = min(64, vw * 4)
     fn, b = _pack_function(module, f"{name}.pack_b")
-    kc, nc, bm, ldb, bp = fn.args
+    kc, nc, bm, rsb, csb, bp = fn.args
     zero = ir.Constant(F32, 0.0)
+    row_major = b.icmp_signed("==", csb, c64(1))
+    col_major = b.icmp_signed("==", rsb, c64(1))
+    kvec = b.mul(b.sdiv(kc, c64(vw)), c64(vw))
     with loop(b, c64(0), nc, nr_, "j0") as j0:
         w = smin(b, b.sub(nc, j0), c64(nr_))
         dst = _gep(b, bp, b.mul(j0, kc))  # (j0/NR)*kc*NR == j0*kc
-        src = _gep(b, bm, j0)
-        with b.if_else(b.icmp_signed("==", w, c64(nr_))) as (then, otherwise):
+        src = _gep(b, bm, b.mul(j0, csb))
+        full = b.icmp_signed("==", w, c64(nr_))
+        with b.if_else(b.and_(full, row_major)) as (then, otherwise):
             with then, loop(b, c64(0), kc, 1, "kb") as k:
-                s = _gep(b, src, b.mul(k, ldb))
+                s = _gep(b, src, b.mul(k, rsb))
                 d = _gep(b, dst, b.mul(k, c64(nr_)))
                 for v in range(nr_ // vw):
                     x = _vload(b, _gep(b, s, v * vw), vty, 4)
-                    _vstore(b, x, _gep(b, d, v * vw), min(64, vw * 4))
-            with otherwise:
-                wm1 = b.sub(w, c64(1))
-                cols = [smin(b, c64(j), wm1) for j in range(nr_)]
-                valid = [b.icmp_signed("<", c64(j), w) for j in range(nr_)]
-                with loop(b, c64(0), kc, 1, "kbe") as k:
-                    s = _gep(b, src, b.mul(k, ldb))
-                    d = _gep(b, dst, b.mul(k, c64(nr_)))
-                    for j in range(nr_):
-                        x = b.load(_gep(b, s, cols[j]), align=4)
-                        b.store(b.select(valid[j], x, zero), _gep(b, d, j), align=4)
+                    _vstore(b, x, _gep(b, d, v * vw), pal)
+            with otherwise, b.if_else(b.and_(full, col_major)) as (tthen, tother):
+                with tthen:
+                    cols = [_gep(b, src, b.mul(c64(j), csb)) for j in range(nr_)]
+                    with loop(b, c64(0), kvec, vw, "kt") as k0:
+                        for g in range(nr_ // vw):
+                            vecs = [_vload(b, _gep(b, cols[g * vw + j], k0), vty, 4)
+                                    for j in range(vw)]
+                            d = _gep(b, dst, b.add(b.mul(k0, c64(nr_)), c64(g * vw)))
+                            for kk, row in enumerate(transpose(b, vecs)):
+                                _vstore(b, row, _gep(b, d, kk * nr_), pal)
+                    with loop(b, kvec, kc, 1, "ktr") as k:
+                        d = _gep(b, dst, b.mul(k, c64(nr_)))
+                        for j in range(nr_):
+                            x = b.load(_gep(b, cols[j], k), align=4)
+                            b.store(x, _gep(b, d, j), align=4)
+                with tother:
+                    wm1 = b.sub(w, c64(1))
+                    cols = [b.mul(smin(b, c64(j), wm1), csb) for j in range(nr_)]
+                    valid = [b.icmp_signed("<", c64(j), w) for j in range(nr_)]
+                    with loop(b, c64(0), kc, 1, "kbe") as k:
+                        s = _gep(b, src, b.mul(k, rsb))
+                        d = _gep(b, dst, b.mul(k, c64(nr_)))
+                        for j in range(nr_):
+                            x = b.load(_gep(b, s, cols[j]), align=4)
+                            b.store(b.select(valid[j], x, zero), _gep(b, d, j), align=4)
     b.ret_void()
     return fn
 
@@ -402,6 +471,18 @@ def _early_exits(
         b.ret_void()
 
 
+def _emit_pieces(
+    module: ir.Module, name: str, cfg: GemmConfig
+) -> tuple[ir.Function, ir.Function, ir.Function, ir.Function]:
+    """The internal helpers every entry point shares: pack_a, pack_b, macro, zero."""
+    ukr = _emit_ukr(module, name, cfg)
+    pack_a = _emit_pack_a(module, name, cfg)
+    pack_b = _emit_pack_b(module, name, cfg)
+    macro = _emit_macro(module, name, cfg, ukr)
+    zero = _emit_zero(module, name)
+    return pack_a, pack_b, macro, zero
+
+
 def emit_gemm_f32(
     module: ir.Module,
     name: str = "planner_sgemm",
@@ -419,12 +500,9 @@ def emit_gemm_f32(
     host.
     """
     cfg = config if config is not None else GemmConfig.for_target()
-    ukr = _emit_ukr(module, name, cfg)
-    pack_a = _emit_pack_a(module, name, cfg)
-    pack_b = _emit_pack_b(module, name, cfg)
-    macro = _emit_macro(module, name, cfg, ukr)
-    zero = _emit_zero(module, name)
-    main = _emit_main(module, name, cfg, pack_a, pack_b, macro, zero)
+    pack_a, pack_b, macro, zero = _emit_pieces(module, name, cfg)
+    core = _emit_core(module, name, cfg, pack_a, pack_b, macro)
+    main = _emit_main(module, name, cfg, core, zero)
     if not threaded_entry_points:
         return main
     pack_full = _emit_pack_b_full(module, name, cfg, pack_b)
@@ -433,9 +511,92 @@ def emit_gemm_f32(
     return main
 
 
-def _emit_main(
+def emit_gemm_f32_strided(
+    module: ir.Module,
+    name: str = "planner_sgemm_strided",
+    *,
+    config: GemmConfig | None = None,
+) -> ir.Function:
+    """Add the strided GEMM with caller-provided scratch to ``module`` and return it::
+
+        void name(i64 M, i64 N, i64 K, float* A, i64 rsa, i64 csa, float* B, i64 rsb,
+                  i64 csb, float* C, i64 ldc, i32 accumulate, float* scratch)
+
+    ``A[i, k]`` is ``A[i*rsa + k*csa]`` and ``B[k, j]`` is ``B[k*rsb + j*csb]`` (any
+    element strides, so transposed or column-major operands are packed directly, without a
+    copy); C is row-major with row stride ``ldc``. ``scratch`` is 64-byte aligned and holds
+    :meth:`GemmConfig.scratch_floats` ``(N)`` floats (:func:`emit_scratch_floats` computes
+    it in IR); it is only used while the call runs, so one buffer serves every call of one
+    thread. Same results, bit for bit, as :func:`emit_gemm_f32`'s entry point on the same
+    values; with M == 0 or N == 0 nothing (scratch included) is touched.
+    """
+    cfg = config if config is not None else GemmConfig.for_target()
+    pack_a, pack_b, macro, zero = _emit_pieces(module, name, cfg)
+    core = _emit_core(module, name, cfg, pack_a, pack_b, macro)
+    fnty = ir.FunctionType(
+        ir.VoidType(), [I64, I64, I64, F32P, I64, I64, F32P, I64, I64, F32P, I64, I32, F32P]
+    )
+    fn = ir.Function(module, fnty, name=name)
+    fn.attributes.add("nounwind")
+    names = ("M", "N", "K", "A", "rsa", "csa", "B", "rsb", "csb", "C", "ldc", "accumulate",
+             "scratch")
+    for nm, arg in zip(names, fn.args, strict=True):
+        arg.name = nm
+    m, n, k, a, rsa, csa, bm, rsb, csb, c, ldc, acc, scratch = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _early_exits(b, fn, m, n, k, c, ldc, acc, zero)
+    bfl = _b_panel_floats(b, cfg, n)
+    b.call(core, [m, n, k, a, rsa, csa, bm, rsb, csb, c, ldc, acc, scratch,
+                  _gep(b, scratch, bfl)])
+    b.ret_void()
+    return fn
+
+
+def _b_panel_floats(b: ir.IRBuilder, cfg: GemmConfig, n: ir.Value) -> ir.Value:
+    """KC × min(NC, roundup(N, NR)): the packed B panel (IR twin of b_buffer_floats)."""
+    npad = b.mul(b.sdiv(b.add(smax(b, n, c64(1)), c64(cfg.nr - 1)), c64(cfg.nr)),
+                 c64(cfg.nr))
+    return b.mul(c64(cfg.kc), smin(b, npad, c64(cfg.nc)))
+
+
+def emit_scratch_floats(b: ir.IRBuilder, cfg: GemmConfig, n: ir.Value) -> ir.Value:
+    """IR for :meth:`GemmConfig.scratch_floats` of the i64 ``n``."""
+    return b.add(_b_panel_floats(b, cfg, n), c64(cfg.a_buffer_floats))
+
+
+def _emit_core(
     module: ir.Module, name: str, cfg: GemmConfig, pack_a: ir.Function,
-    pack_b: ir.Function, macro: ir.Function, zero: ir.Function,
+    pack_b: ir.Function, macro: ir.Function,
+) -> ir.Function:
+    """``core(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, acc, Bbuf, Abuf)``: the jc → pc →
+    ic loops on M, N, K > 0 with caller-provided packing buffers (internal, inlined)."""
+    fnty = ir.FunctionType(
+        ir.VoidType(),
+        [I64, I64, I64, F32P, I64, I64, F32P, I64, I64, F32P, I64, I32, F32P, F32P],
+    )
+    fn = internal(ir.Function(module, fnty, name=f"{name}.core"))
+    m, n, k, a, rsa, csa, bm, rsb, csb, c, ldc, acc, bbuf, abuf = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    acc_nz = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
+    with loop(b, c64(0), n, cfg.nc, "jc") as jc:
+        nc = smin(b, b.sub(n, jc), c64(cfg.nc))
+        bcol = _gep(b, bm, b.mul(jc, csb))
+        with loop(b, c64(0), k, cfg.kc, "pc") as pc:
+            kc = smin(b, b.sub(k, pc), c64(cfg.kc))
+            b.call(pack_b, [kc, nc, _gep(b, bcol, b.mul(pc, rsb)), rsb, csb, bbuf])
+            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, c64(0)))
+            acol = _gep(b, a, b.mul(pc, csa))
+            with loop(b, c64(0), m, cfg.mc, "ic") as ic:
+                mc = smin(b, b.sub(m, ic), c64(cfg.mc))
+                b.call(pack_a, [mc, kc, _gep(b, acol, b.mul(ic, rsa)), rsa, csa, abuf])
+                cblk = _gep(b, _gep(b, c, b.mul(ic, ldc)), jc)
+                b.call(macro, [mc, nc, kc, abuf, bbuf, cblk, ldc, loadc])
+    b.ret_void()
+    return fn
+
+
+def _emit_main(
+    module: ir.Module, name: str, cfg: GemmConfig, core: ir.Function, zero: ir.Function,
 ) -> ir.Function:
     fnty = ir.FunctionType(
         ir.VoidType(), [I64, I64, I64, F32P, I64, F32P, I64, F32P, I64, I32]
@@ -454,27 +615,15 @@ def _emit_main(
     _early_exits(b, fn, m, n, k, c, ldc, acc, zero)
 
     # Scratch: one KC×min(NC, roundup(N, NR)) panel of B and one MC×KC block of A.
-    npad = b.mul(b.sdiv(b.add(n, c64(cfg.nr - 1)), c64(cfg.nr)), c64(cfg.nr))
-    bfl = b.mul(c64(cfg.kc), smin(b, npad, c64(cfg.nc)))
+    bfl = _b_panel_floats(b, cfg, n)
     nbytes = b.mul(b.add(bfl, c64(cfg.a_buffer_floats)), c64(4))
     raw = b.call(aligned_alloc, [c64(64), nbytes])
     with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
         b.call(trap, [])
         b.unreachable()
     bbuf = b.bitcast(raw, F32P)
-    abuf = _gep(b, bbuf, bfl)
-    acc_nz = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
-    with loop(b, c64(0), n, cfg.nc, "jc") as jc:
-        nc = smin(b, b.sub(n, jc), c64(cfg.nc))
-        with loop(b, c64(0), k, cfg.kc, "pc") as pc:
-            kc = smin(b, b.sub(k, pc), c64(cfg.kc))
-            b.call(pack_b, [kc, nc, _gep(b, _gep(b, bm, b.mul(pc, ldb)), jc), ldb, bbuf])
-            loadc = b.or_(acc_nz, b.icmp_signed(">", pc, c64(0)))
-            with loop(b, c64(0), m, cfg.mc, "ic") as ic:
-                mc = smin(b, b.sub(m, ic), c64(cfg.mc))
-                b.call(pack_a, [mc, kc, _gep(b, _gep(b, a, b.mul(ic, lda)), pc), lda, abuf])
-                cblk = _gep(b, _gep(b, c, b.mul(ic, ldc)), jc)
-                b.call(macro, [mc, nc, kc, abuf, bbuf, cblk, ldc, loadc])
+    b.call(core, [m, n, k, a, lda, c64(1), bm, ldb, c64(1), c, ldc, acc, bbuf,
+                  _gep(b, bbuf, bfl)])
     b.call(free, [raw])
     b.ret_void()
     return fn
@@ -500,7 +649,7 @@ def _emit_pack_b_full(
         kc = smin(b, b.sub(k, pc), c64(cfg.kc))
         blk = _gep(b, bp, b.mul(pc, npad))
         dst = _gep(b, blk, b.mul(b.mul(s0, kc), c64(cfg.nr)))
-        b.call(pack_b, [kc, ncols, _gep(b, bm, b.mul(pc, ldb)), ldb, dst])
+        b.call(pack_b, [kc, ncols, _gep(b, bm, b.mul(pc, ldb)), ldb, c64(1), dst])
     b.ret_void()
     return fn
 
@@ -533,7 +682,8 @@ def _emit_prepacked(
             loadc = b.or_(acc_nz, b.icmp_signed(">", pc, c64(0)))
             with loop(b, c64(0), m, cfg.mc, "ic") as ic:
                 mc = smin(b, b.sub(m, ic), c64(cfg.mc))
-                b.call(pack_a, [mc, kc, _gep(b, _gep(b, a, b.mul(ic, lda)), pc), lda, abuf])
+                b.call(pack_a, [mc, kc, _gep(b, _gep(b, a, b.mul(ic, lda)), pc), lda, c64(1),
+                                abuf])
                 cblk = _gep(b, _gep(b, c, b.mul(ic, ldc)), jc)
                 b.call(macro, [mc, nc, kc, abuf, bsl, cblk, ldc, loadc])
     b.ret_void()

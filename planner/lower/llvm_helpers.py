@@ -2,7 +2,8 @@
 
 Only what both emitters write the same way lives here: the scalar types, the i64
 constant, the counted ``for`` loop over signed i64, signed min/max, the vector splat,
-internal helper functions and get-or-declare of external functions.
+internal helper functions, get-or-declare of external functions and the in-register
+W×W transpose.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "smax",
     "smin",
     "splat",
+    "transpose",
 ]
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -98,3 +100,24 @@ def declare_function(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.
     if existing is not None:
         return existing
     return ir.Function(module, fnty, name=name)
+
+
+def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """Transpose a W×W matrix held as W vectors (W a power of two): log2(W) rounds, each
+    exchanging h×h blocks between rows i and i + h with two shuffles per row pair."""
+    w = len(rows)
+    rows = list(rows)
+    mask_t = ir.VectorType(I32, w)
+    h = w // 2
+    while h >= 1:
+        first = [x for blk in range(w // (2 * h)) for x in
+                 [*(blk * 2 * h + j for j in range(h)), *(w + blk * 2 * h + j for j in range(h))]]
+        second = [x + h for x in first]
+        for i in range(w):
+            if i & h:
+                continue
+            x, y = rows[i], rows[i + h]
+            rows[i] = b.shuffle_vector(x, y, ir.Constant(mask_t, first))
+            rows[i + h] = b.shuffle_vector(x, y, ir.Constant(mask_t, second))
+        h //= 2
+    return rows
