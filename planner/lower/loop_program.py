@@ -40,16 +40,25 @@ The model
 * **Pipelines (S18).**  A pipeline loop whose stage cut is safe becomes a software
   pipeline: stage ``s`` runs iteration ``t - lag(s)`` at time step ``t`` with
   ``lag(s) = min(s, window - 1)``; a buffer written in one stage and read in a later
-  one gets ``lag difference + 1`` iteration-local versions (at least the plan's count),
-  addressed by ``iteration mod versions``.  A cut is unsafe when a stage reads a value
-  carried from a later stage, when explicit Memory is read in a state from an earlier
-  iteration or from outside the loop (a recurrence through outer Memory), when one
-  Memory is stored in several stages, or when a view is stored before the last stage;
-  such loops stay ordered and the program says why.
+  one gets ``lag difference + 1`` iteration-local versions, addressed by ``iteration
+  mod versions``.  The plan's version counts are followed: where it keeps fewer
+  versions than that overlap needs (trading stalls for capacity), the lags are
+  lowered until they suffice (no lag left: the loop runs in order, and the program
+  says why); every buffer keeps at least the versions the plan counted.  A cut is
+  unsafe when a stage reads a value carried from a later stage, when explicit Memory
+  is read in a state from an earlier iteration or from outside the loop (a recurrence
+  through outer Memory), when one Memory is stored in several stages, or when a view
+  is stored before the last stage; such loops stay ordered and the program says why.
 * **Loop-carried values** live in a carry buffer with two versions (the current and
   the next iteration, rotated by parity), or one version when the update can be done
   in place: every read of the old value happens before the first write of the new one
   or, inside that write's own nest, at the same element (``acc = mma(a, b, acc)``).
+  The carry buffer is where the plan keeps the carried value (a materialized use's
+  resource, else registers); the yielded value is computed straight into it when the
+  plan keeps that value in the same storage, else copied at the yield.
+* **Buffers follow the plan's storage**: a value with a materialized edge lives in that
+  resource; when it also has virtual edges it gets a register copy for them (the plan
+  counts both), filled right after the value is computed.
 
 :func:`build_loop_program` builds a program from a kernel and a plan;
 ``str(program)`` is the readable form printed by ``planner lower --emit loops``.
@@ -862,6 +871,7 @@ class _Builder:
         self._index_ops(kernel.body, None)
         self.buffers: dict[str, Buffer] = {}
         self.buf_of: dict[Value, _BufRef] = {}
+        self.reg_of: dict[Value, _BufRef] = {}  # register copies for virtual edges
         self.mem_buf: dict[Value, str] = {}  # memory value -> buffer name
         self.mem_versioned: dict[str, dict[LoopOp, int]] = {}
         self.value_versioned: dict[Value, tuple[LoopOp, int]] = {}
@@ -1051,17 +1061,38 @@ class _Builder:
                     else "mma" if is_mma else "virtual")
         if is_mma and self._mma_needs_dense(layout):
             layout, note = dense(t.shape, planned=True), "mma accumulators are row-major"
-        versions = 1
-        if v in self.value_versioned:
-            versions = self.value_versioned[v][1]
-            if mat is not None:
-                versions = max(versions, mat.versions)
+        # The versions the pipeline needs, and at least those the plan counted (it may
+        # keep more than an ordered loop uses: the lowering follows the plan).
+        versions = max([self.value_versioned[v][1] if v in self.value_versioned else 1]
+                       + [e.versions for e in edges if e is not None
+                          and e.decision in _STORING])
         name = self.new_buffer(self.name(v), t.dtype, layout, resource, kind, ids, note,
                                versions)
         ref = _BufRef(name, self.version_expr(v, versions))
         self.buf_of[v] = ref
+        virtual = tuple(e.edge_id for e in edges if e is not None
+                        and e.decision is Decision.VIRTUAL)
+        if mat is not None and virtual:
+            # The plan keeps the value in registers for its virtual edges and in the
+            # buffer for its materialized ones: a register copy, as the planner counts.
+            reg = self.new_buffer(f"{name}.r", t.dtype, dense(t.shape, planned=True),
+                                  self.resource_for_class("private"), "virtual", virtual,
+                                  "register copy for the virtual edges", versions)
+            self.reg_of[v] = _BufRef(reg, ref.version)
         self._barrier_for(name, edges)
         return ref
+
+    def copy_to_registers(self, v: Value, ctx: _Ctx) -> None:
+        """After ``v``'s buffer is written: fill its register copy, if it has one."""
+        reg = self.reg_of.get(v)
+        ref = self.buf_of.get(v)
+        if reg is None or ref is None:
+            return
+        t = v.type
+        assert isinstance(t, TileType)
+        idx = _vars(t.rank)
+        ctx.out.append(Nest(tuple(map(str, idx)), t.shape, BufWrite(reg.name, idx, reg.version),
+                            BufRead(ref.name, idx, ref.version, t.dtype)))
 
     def _mma_needs_dense(self, layout: Layout) -> bool:
         return bool(layout.swizzles) or (bool(layout.strides)
@@ -1100,6 +1131,8 @@ class _Builder:
             if ref is None:
                 raise error(f"lowering: {self.name(v)} is read before it is computed",
                             consumer.loc, kind=_KIND)
+            if v in self.reg_of and self.decision(v, consumer, operand) is Decision.VIRTUAL:
+                ref = self.reg_of[v]
             return BufRead(ref.name, idx, ref.version, t.dtype)
         return self.inline(v, idx)
 
@@ -1240,6 +1273,7 @@ class _Builder:
         ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), t.shape,
                                              BufWrite(ref.name, idx, ref.version),
                                              self.inline(v, idx))))
+        self.copy_to_registers(v, ctx)
 
     def _emit_reduce(self, op: core.ReduceOp, ctx: _Ctx) -> None:
         ref = self.value_buffer(op.result)
@@ -1252,6 +1286,7 @@ class _Builder:
         dest = BufWrite(ref.name, out_idx, ref.version)
         if op.axis == rank - 1:
             ctx.out.append(ReduceNest(tuple(map(str, idx)), xt.shape, op.fn, dest, value))
+            self.copy_to_registers(op.result, ctx)
             return
         # Reduction over an outer axis: initialize, then accumulate along the inner axis.
         ot = op.result.type
@@ -1264,6 +1299,7 @@ class _Builder:
         acc = BufRead(ref.name, out_idx, ref.version, xt.dtype)
         ctx.out.append(Nest(tuple(map(str, idx)), xt.shape, dest,
                             Binary(_REDUCE_COMBINE[op.fn], acc, value, xt.dtype)))
+        self.copy_to_registers(op.result, ctx)
 
     def _emit_mma(self, op: core.MmaOp, ctx: _Ctx) -> None:
         at, bt = op.a.type, op.b.type
@@ -1287,6 +1323,7 @@ class _Builder:
                 ctx.out.append(Nest(tuple(map(str, idx)), (m, n),
                                     BufWrite(ref.name, idx, ref.version), acc))
         ctx.out.append(Mma(c, a, b, m, n, k, accumulate))
+        self.copy_to_registers(op.result, ctx)
 
     def _mma_operand(self, v: Value, op: core.MmaOp, operand: int,
                      shape: tuple[Expr, Expr], ctx: _Ctx) -> MmaBuf | MmaView:
@@ -1327,7 +1364,8 @@ class _Builder:
             resource = self._memory_resource(op, self._owner_scope(op))
         name = self.new_buffer(self.name(op.memory), op.dtype, op.layout, resource, "memory",
                                note=f"explicit Memory ({op.resource.value}) owned by "
-                                    f"{op.owner}, declared layout")
+                                    f"{op.owner}, declared layout",
+                               versions=planned.versions if planned is not None else 1)
         self.mem_buf[op.memory] = name
 
     def _memory_plan(self, op: core.AllocOp) -> MemoryPlan | None:
@@ -1464,10 +1502,10 @@ class _Builder:
             edges = [self.edge(op.inits[i], op, i)]
             if i < len(yields):
                 edges.append(self.edge(yields[i], term, i))  # type: ignore[arg-type]
-            mat = next((e for e in edges if e is not None
-                        and e.decision is Decision.MATERIALIZED and e.resource), None)
-            resource = ((mat.resource, self.resource_class(mat.resource)) if mat is not None
-                        else self.resource_for_class("private"))
+            # The carry's buffer is where the plan keeps the carried value itself (its
+            # uses in the body and after the loop), as the planner counts it.
+            resource = self._storage([self.edge(v, c, j) for v in (arg, op.results[i])
+                                      for c, j in self.uses.get(v, [])])
             ids = tuple(e.edge_id for e in edges if e is not None)
             name = self.new_buffer(self.name(arg), t.dtype, dense(t.shape, planned=True),
                                    resource, "carry", ids, versions=2)
@@ -1484,15 +1522,30 @@ class _Builder:
                 self._alias_yield(op, yields[i], c, yields)
         return out
 
+    def _storage(self, edges: list[EdgePlan | None]) -> tuple[str, str]:
+        """The resource of a value's one buffer: where its first materialized edge puts
+        it, else registers (the planner's storage of a value)."""
+        mat = next((e for e in edges if e is not None
+                    and e.decision is Decision.MATERIALIZED and e.resource), None)
+        if mat is not None and mat.resource is not None:
+            return mat.resource, self.resource_class(mat.resource)
+        return self.resource_for_class("private")
+
     def _alias_yield(self, op: LoopOp, y: Value, c: _Carry, yields: tuple[Value, ...]
                      ) -> None:
-        """Compute a yielded buffered value directly into the carry's next version."""
+        """Compute a yielded buffered value directly into the carry's next version, when
+        the plan keeps both in the same storage (else the yield copies)."""
         p = self.producer(y)
         if p is None or self.block_of.get(p) is not op.body or isinstance(p, LoopOp):
             return
         if sum(1 for x in yields if x is y) != 1 or y in self.buf_of:
             return
         if not self.buffered(y) or y in self.value_versioned:
+            return
+        edges = [self.edge(y, u, j) for u, j in self.uses.get(y, [])]
+        if self._storage(edges)[0] != self.buffers[c.buffer].resource or (
+                {Decision.VIRTUAL, Decision.MATERIALIZED}
+                <= {e.decision for e in edges if e is not None}):
             return
         self.buf_of[y] = _BufRef(c.buffer, c.nxt)
 
@@ -1545,6 +1598,8 @@ class _Builder:
         if cached is not None:
             return cached
         info = self._analyze_pipeline(op)
+        if isinstance(info, _PipeInfo):
+            info = self._fit_to_plan(op, info)
         self.pipes[op] = info
         if isinstance(info, _PipeInfo):
             self._assign_versions(op, info)
@@ -1617,6 +1672,58 @@ class _Builder:
                 return f"Memory {self.name(memv)} is stored in several stages"
         lags = tuple(min(s, op.window - 1) for s in range(len(op.stages)))
         return _PipeInfo(stage_of, lags)
+
+    def _fit_to_plan(self, op: LoopOp, info: _PipeInfo) -> _PipeInfo | str:
+        """Lower stage lags until the versions the plan keeps of every buffer suffice.
+
+        The plan may keep fewer versions than the full overlap wants (it prices the
+        exposed latency as stalls and counts only those versions against capacity); the
+        stages then overlap less, and not at all when every lag drops to zero (the loop
+        runs in order)."""
+        if self.plan is None:
+            return info
+        needs: list[tuple[int, set[int], int, str]] = []  # writer, readers, versions, what
+        for o in (o for o in op.body.ops if not isinstance(o, core.YieldOp)):
+            w = info.stage_of[o]
+            for v in o.results:
+                if not isinstance(v.type, TileType) or not self.buffered(v):
+                    continue
+                planned = [e.versions for c, i in self.uses.get(v, [])
+                           if (e := self.edge(v, c, i)) is not None and e.decision in _STORING]
+                if planned:
+                    needs.append((w, self._buffer_read_stages(v, op, info), max(planned),
+                                  "%" + self.name(v)))
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if not isinstance(x, core.MemStoreOp):
+                    continue
+                alloc = self.producer(x.memory)
+                mp = self._memory_plan(alloc) if isinstance(alloc, core.AllocOp) else None
+                if mp is None:
+                    continue
+                reads: set[int] = set()
+                for r, _ in self.uses.get(x.result, []):
+                    if isinstance(r, core.MemLoadOp):
+                        reads |= self._eval_stages(r.result, op, info)
+                needs.append((w, reads, mp.versions, mp.name))
+        lags = list(info.lags)
+        short: list[str] = []
+        changed = True
+        while changed:
+            changed = False
+            for w, reads, k, what in needs:
+                for r in sorted(reads):
+                    if lags[r] - lags[w] > k - 1:
+                        lags[r] = lags[w] + k - 1
+                        for earlier in range(r):  # lags never decrease along the stages
+                            lags[earlier] = min(lags[earlier], lags[r])
+                        short.append(what)
+                        changed = True
+        if tuple(lags) == info.lags:
+            return info
+        if not any(lags):
+            return (f"the plan keeps fewer versions of {', '.join(dict.fromkeys(short))} "
+                    "than overlapping its stages needs")
+        return _PipeInfo(info.stage_of, tuple(lags))
 
     def _state_carry_problem(self, op: LoopOp, i: int, arg: Value,
                              stage_of: dict[Op, int]) -> str:

@@ -48,24 +48,44 @@ Versions
     Inside a pipeline a value preserved across stages wants ``min(stage distance,
     window - 1) + 1`` versions.  Fewer is legal: each missing version exposes a share
     of the producer's latency (load latency plus its own time) per iteration as a
-    stall.  Explicit Memory versions are decided the same way.
+    stall, and the lowering then overlaps the stages less (in order when no lag is
+    left).  Explicit Memory versions are decided the same way.  Versions are one array
+    live over the whole pipeline loop, 64 bytes apart (the lowering's version stride).
 
-Capacity
+Capacity: what the lowering allocates
     Live ranges are half-open intervals of program points (the op order of the
-    kernel): a value is live from its definition up to (not including) its last use,
-    to the end of a loop when used inside a loop that does not define it, and a loop
-    carry lives from the loop start to its last in-body use while the value it yields
-    lives from its definition to the loop end.  At every point where something starts
-    to be live, each resource's occupancy (bytes × versions over live holders,
-    explicit Memory included) must stay within its per-owner-instance capacity.
+    kernel).  A value is held from its definition through the evaluation of each
+    reader (the reader's operands and the result it writes coexist), to the end of a
+    loop when read inside a loop that does not define it.  A reader fused or
+    recomputed into a later consumer is evaluated there, so the value stays held
+    until then: these extensions depend on other edges' choices (:class:`Guard`
+    ``site``).  A value kept in registers for some edges and in a buffer for others is
+    held in both (the lowering keeps a register copy).  A loop carry's buffer exists
+    for the whole loop: until the yielded value is written into it in place (two
+    versions for the whole loop when the old value is read after the new one is
+    written), and beside the yielded value when they live in different storage
+    (:class:`Guard` ``split``); its initial value is held until the carry is filled.
+    Compiler temporaries count too (:class:`Temp`): the staging copy of an mma
+    operand the multiply cannot read in place (a view window, an inlined expression,
+    a swizzled or non-row-major buffer) in the resource the lowering gives it, and,
+    where registers are split among the owner's threads, the shared exchange area
+    through which a register tile is read across threads (a reduction, broadcast,
+    transpose or mma operand).  Explicit Memory is held wherever its owner runs (it is
+    allocated per instance).  At every point where something starts to be live, each
+    resource's occupancy (bytes × versions over live holders, explicit Memory
+    included) must stay within its per-owner-instance capacity.
+    ``tests/solve/test_plan_matches_lowering.py`` checks the loop program against it.
 
-Approximations (documented, deliberate): fusing a producer does not extend its own
-operands' live ranges; a recomputed chain treats non-recomputable inputs as
-available without extending their lives; the op order is fixed.
+Approximations (documented, deliberate): a recomputed chain treats non-recomputable
+inputs as available without extending their lives; the op order is fixed (the
+lowering's fusion of sibling loops, which runs two ops' statements as one loop, is
+not modelled); stalls of missing versions are priced per buffer, while the lowering
+overlaps whole stages (one buffer short of versions orders the pipeline for all).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -77,7 +97,7 @@ from planner.catalog import Operation, Resource, Target, normalize_class
 from planner.errors import Diagnostic, PlannerError
 from planner.ir import core
 from planner.ir.core import Kernel, LoopOp, ParallelOp
-from planner.ir.expr import Expr
+from planner.ir.expr import Expr, product
 from planner.ir.graph import dataflow_graph, live_edges
 from planner.ir.printer import Printer, PrintOptions
 from planner.ir.types import TileType
@@ -169,11 +189,60 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """Points ``[start, end)`` where the value is needed by exactly ``edges``."""
+    """Points ``[start, end)`` where the value is needed by exactly ``edges``.
+
+    ``guarded`` holds it too, conditionally: ``(edge, guard)`` keeps the value (in
+    registers when the edge is virtual, in its buffer when materialized) when the edge
+    is preserving and the :class:`Guard` holds (the consumer is inlined into a consumer
+    evaluated later, or a carry's storage is split from its yielded value's).
+    """
 
     start: int
     end: int
     edges: tuple[int, ...]
+    guarded: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition on other edges' choices that a holder depends on.
+
+    ``site``: value ``a`` is evaluated at point ``b`` (computed there into its buffer,
+    or inlined, fused or recomputed, into a consumer evaluated there).  ``split``: the
+    carry value ``a`` and the value ``b`` yielded to it live in different storage, or
+    ``b`` is kept both in registers and in a buffer (the lowering then keeps the
+    carry's buffer for the whole loop beside ``b``'s own and copies at the yield).
+    """
+
+    kind: str  # "site" | "split"
+    a: int
+    b: int
+
+
+# A literal of a temporary's condition: ("x", edge, Decision) the edge takes the choice,
+# ("y", value, placement) the value's buffer is that placement, ("g", guard) it holds.
+Lit = tuple[str, int, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Temp:
+    """A compiler temporary the lowering allocates around one statement.
+
+    Staging of an mma operand the matrix multiply cannot read in place (a view window,
+    an inlined expression, a swizzled or non-row-major buffer), and, where registers are
+    split among the owner's threads, the exchange area through which a register tile is
+    read across threads (a reduction, broadcast, transpose or mma operand of a virtual
+    value).  It is held at ``point`` when every literal of some alternative of ``when``
+    holds.
+    """
+
+    index: int
+    name: str
+    resource: str
+    bytes: int
+    point: int
+    owner: str
+    when: tuple[tuple[Lit, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +271,8 @@ class Value:
     policy_reason: str = ""
     segments: tuple[Segment, ...] = ()
     expensive: bool = False
+    inlinable: bool = False  # the lowering may compute it inline in its consumers
+    sites: tuple[int, ...] = ()  # later points where inlining may evaluate it
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +287,7 @@ class Edge:
     consumer_kind: str
     operand: int
     bytes: int
-    span: tuple[int, int]  # live interval [def, use)
+    span: tuple[int, int]  # reported lifetime [def, use)
     stage_distance: int
     loop_carried: bool
     illegal: tuple[tuple[Decision, str], ...]  # forbidden choices and why
@@ -225,6 +296,11 @@ class Edge:
     reads: tuple[Terms | None, ...]  # per placement of the value; None: not admissible
     not_admissible: tuple[str, ...]  # per placement: why not ("" when admissible)
     column_reader: bool = False
+    consumer_value: int | None = None  # the value the consumer defines (None: a sink)
+    consumer_point: int = -1
+    aligned: bool = True  # the consumer reads element i of the value for its element i
+    held: tuple[int, int] = (0, 0)  # occupancy [start, end) when the consumer is computed
+    remote: tuple[tuple[int, int], ...] = ()  # (site, end): later evaluation points
 
     def legal(self, choice: Decision) -> bool:
         return all(c is not choice for c, _ in self.illegal)
@@ -259,6 +335,7 @@ class LivePoint:
     owner: str
     segments: tuple[tuple[int, int], ...]  # (value, segment index)
     memories: tuple[int, ...]
+    temps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +355,8 @@ class Problem:
     constant: Terms  # sinks and dead values: paid whatever the plan
     static_infeasible: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()  # every resource that may hold something
+    guards: tuple[Guard, ...] = ()
+    temps: tuple[Temp, ...] = ()
 
     def capacity(self, resource: str, owner: str) -> int | None:
         return self.capacities.get((resource, owner))
@@ -488,6 +567,14 @@ def _align(nbytes: int, alignment: int) -> int:
     return -(-nbytes // a) * a
 
 
+VERSION_ALIGN = 64  # the lowering keeps buffer versions this many bytes apart
+
+
+def version_bytes(nbytes: int, max_versions: int) -> int:
+    """Bytes of one version of a buffer that may keep several (the lowering's stride)."""
+    return _align(nbytes, VERSION_ALIGN) if max_versions > 1 else nbytes
+
+
 def _columns_read(kind: str, op: core.Op | None, operand: int) -> bool:
     if kind == "tile.mma":
         return operand == 1
@@ -620,10 +707,12 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     values = [_value(ctx, i, n, [raw_edges[j] for j in edges_of[n]], policy)
               for i, n in enumerate(producers)]
     edges = [_with_reads(ctx, e, values[e.value]) for e in raw_edges]
-    values = [_with_segments(v, edges) for v in values]
+    held = _Holding(ctx, values, edges, value_of)
+    values, edges = held.values, held.edges
+    temps = held.temps()
     memories = _memories(ctx)
     capacities = _capacities(ctx, values, memories, points)
-    live = _live_points(values, memories, points)
+    live = _live_points(values, memories, points, temps)
     constant = _constant(ctx, values)
     used = [r.name for r in target.resources if any(r.name == n for n, _ in capacities)]
     for e in edges:
@@ -631,7 +720,8 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
             ctx.static_infeasible.append(f"{e.edge_id}: no legal choice ({illegal_text(e)})")
     return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
                    tuple(values), tuple(edges), tuple(memories), points, tuple(live),
-                   capacities, constant, tuple(ctx.static_infeasible), tuple(used))
+                   capacities, constant, tuple(ctx.static_infeasible), tuple(used),
+                   tuple(held.guards), tuple(temps))
 
 
 def illegal_text(e: Edge) -> str:
@@ -859,18 +949,28 @@ def _loops_entered(ctx: _Ctx, pd: Mapping[str, object], cd: Mapping[str, object]
     return [lp for lp in cd["loops"] if lp not in inner]  # type: ignore[attr-defined]
 
 
-def _span(ctx: _Ctx, u: str, v: str, carried: bool) -> tuple[int, int]:
+def _span(ctx: _Ctx, u: str, v: str, carried: bool, inclusive: bool = False,
+          in_place: bool = False) -> tuple[int, int]:
+    """``[def, use)`` of ``u``'s value for a use at node ``v`` (the reported lifetime).
+
+    ``inclusive`` gives the occupancy interval instead: the value is still held while
+    the use is computed (its reader and the result it writes coexist), unless the use
+    updates a loop carry ``in_place`` (element by element into the carry's own buffer).
+    """
     pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
     start, use = pd["order"], cd["order"]
+    last = 1 if inclusive else 0
     if carried:  # the yielded value lives to the loop end, then becomes the carry
         return start, ctx.loop_span[cd["loop"]][1] + 1
     if cd["kind"] == "loop.carry":  # an initial value is consumed at loop entry
-        return start, max(use, start + 1)
+        return start, max(use + last, start + 1)
     if pd["kind"] == "loop.carry" and pd["loop"] not in cd["loops"]:
         start = ctx.loop_span[pd["loop"]][1] + 1  # loop result: after the last iteration
     entered = _loops_entered(ctx, pd, cd)
     if entered:
         use = ctx.loop_span[entered[0]][1] + 1
+    elif not in_place:
+        use += last
     return start, max(use, start + 1)
 
 
@@ -989,19 +1089,19 @@ def _value(ctx: _Ctx, index: int, node: str, edges: list[Edge], policy: Policy) 
     nbytes = math.prod(shape) * itemsize
     pexec = _executions(ctx, d)
     home = _node_terms(ctx, node, pexec)
-    reg = ctx.fig.register_home(scope)
-    register, reg_bytes = (None, 0) if reg is None else (reg[0].name, _align(nbytes,
-                                                                             reg[0].alignment))
     maxv = 1
     cross = [e.stage_distance for e in edges if not e.loop_carried]
     if d.get("pipeline") is not None and cross and max(cross) > 0:
         maxv = min(max(cross), max(1, int(d.get("window") or 1)) - 1) + 1
+    reg = ctx.fig.register_home(scope)
+    register, reg_bytes = (None, 0) if reg is None else (
+        reg[0].name, _align(version_bytes(nbytes, maxv), reg[0].alignment))
     latency = ctx.fig.ns(_latency_cycles(ctx, d, scope), pexec)
     stall = tuple(round(latency * (maxv - k) / (maxv - 1)) if maxv > 1 else 0
                   for k in range(1, maxv + 1))
     consumers = len({(e.consumer) for e in edges})
     kind = str(d["kind"])
-    placements = _placements(ctx, d, scope, shape, itemsize, edges, pexec)
+    placements = _placements(ctx, d, scope, shape, itemsize, edges, pexec, maxv)
     pol, why = _policy(policy, kind, consumers, bool(d.get("expensive")))
     return Value(index, ctx.node_name[node], kind, node, owner, scope, shape, itemsize,
                  nbytes, d["order"], tuple(e.index for e in edges), consumers, home,
@@ -1026,7 +1126,8 @@ def _policy(policy: Policy, kind: str, consumers: int, expensive: bool
 
 
 def _placements(ctx: _Ctx, d: Mapping[str, object], scope: str, shape: tuple[int, ...],
-                itemsize: int, edges: list[Edge], pexec: int) -> list[Placement]:
+                itemsize: int, edges: list[Edge], pexec: int, maxv: int = 1
+                ) -> list[Placement]:
     fig = ctx.fig
     out: list[Placement] = []
     cols = any(e.column_reader for e in edges)
@@ -1046,8 +1147,8 @@ def _placements(ctx: _Ctx, d: Mapping[str, object], scope: str, shape: tuple[int
                 BARRIERS: fig.ns(sync_cycles, pexec),
                 LAYOUT: fig.ns(elements / fig.throughput("cheap"), pexec)
                 if lay.kind == "swizzled" else 0.0})
-            out.append(Placement(r.name, lay, _align(layout_bytes(shape, itemsize, lay),
-                                                      r.alignment), write, sync))
+            out.append(Placement(r.name, lay, _align(version_bytes(
+                layout_bytes(shape, itemsize, lay), maxv), r.alignment), write, sync))
     return out
 
 
@@ -1085,18 +1186,348 @@ def _with_reads(ctx: _Ctx, e: Edge, v: Value) -> Edge:
                 e.fused, e.recompute, tuple(reads), tuple(why), e.column_reader)
 
 
-def _with_segments(v: Value, edges: list[Edge]) -> Value:
-    spans = [(edges[i].span, i) for i in v.edges]
-    cuts = sorted({s for (a, b), _ in spans for s in (a, b)})
-    segs: list[Segment] = []
-    for lo, hi in itertools.pairwise(cuts):
-        cover = tuple(i for (a, b), i in spans if a <= lo and hi <= b)
-        if cover:
-            segs.append(Segment(lo, hi, cover))
-    return Value(v.index, v.name, v.kind, v.node, v.owner, v.scope, v.shape, v.itemsize,
-                 v.bytes, v.def_point, v.edges, v.consumers, v.home, v.register,
-                 v.reg_bytes, v.placements, v.max_versions, v.stall, v.policy,
-                 v.policy_reason, tuple(segs), v.expensive)
+# --------------------------------------------------------------------------- holding
+
+
+def is_inlinable_kind(kind: str) -> bool:
+    """Producers the lowering computes inline when none of their edges stores them."""
+    return is_fusible_kind(kind) or kind == "tile.transpose"
+
+
+def _is_elementwise(kind: str) -> bool:
+    return kind.startswith(_ELEMENTWISE_PREFIXES) or kind in ("tile.select", "tile.cast")
+
+
+@dataclass(frozen=True, slots=True)
+class _Carry:
+    """A loop carry and the value yielded to it (one buffer in the lowering when aliased)."""
+
+    value: int
+    yielded: int
+    yield_node: str
+    yield_def: int
+    loop_end: int  # one past the loop's last point
+    aliased: bool  # the yielded value is computed straight into the carry's buffer
+    copies: int  # 2: the old value is read after the new one is written (ping-pong)
+
+
+class _Holding:
+    """Where and how long every value is held, as the lowering allocates it.
+
+    * A value is held from its definition through the evaluation of its last reader
+      (the reader's result and its operands coexist), and a reader fused or recomputed
+      into a later consumer is evaluated there: the value's lifetime then extends to
+      that consumer (a decision-dependent :class:`Guard` ``site``).
+    * A loop carry's buffer exists for the whole loop: until its yielded value is
+      written into it (in place, when the old value is not read afterwards, else two
+      versions for the whole loop), and beside the yielded value when their storage
+      differs (a :class:`Guard` ``split``: the lowering then copies at the yield).
+    * Temporaries: mma operand staging and, where registers are split among the
+      owner's threads, exchange areas (:class:`Temp`).
+    """
+
+    def __init__(self, ctx: _Ctx, values: list[Value], edges: list[Edge],
+                 value_of: Mapping[str, int]) -> None:
+        self.ctx = ctx
+        g = ctx.g
+        self.point_node = {int(d["order"]): n for n, d in g.nodes(data=True)}
+        cnode = [ctx.node_by_name[e.consumer] for e in edges]
+        self.edges = [dataclasses.replace(
+            e, consumer_value=value_of.get(cn), consumer_point=int(g.nodes[cn]["order"]),
+            aligned=self._aligned_hop(e, cn, values)) for e, cn in zip(edges, cnode,
+                                                                         strict=True)]
+        self.values = [dataclasses.replace(v, inlinable=is_inlinable_kind(v.kind))
+                       for v in values]
+        self._reach: dict[int, frozenset[int]] = {}
+        self._aligned_to: dict[tuple[int, int], bool] = {}
+        self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
+                       for v in self.values]
+        self.guards: list[Guard] = []
+        self._guard_index: dict[Guard, int] = {}
+        self.carries = {c.value: c for c in self._carries()}
+        self._scale_carries()
+        self._held()
+        self.values = [self._segments(v) for v in self.values]
+
+    # ------------------------------------------------------------------ structure
+
+    def _aligned_hop(self, e: Edge, cn: str, values: list[Value]) -> bool:
+        kind = e.consumer_kind
+        if kind in ("tile.store", "memory.store", "loop.carry"):
+            return True
+        if kind == "tile.mma":
+            return e.operand == 2
+        if _is_elementwise(kind):
+            result = self.ctx.g.nodes[cn].get("value")
+            return result is not None and _tile_shape(self.ctx, result) == values[e.value].shape
+        return False
+
+    def can_home(self, vi: int) -> bool:
+        v = self.values[vi]
+        return not v.inlinable or any(self.edges[i].legal(VIRTUAL)
+                                      or self.edges[i].legal(MATERIALIZED) for i in v.edges)
+
+    def _inline_edges(self, vi: int) -> list[Edge]:
+        return [e for i in self.values[vi].edges if (e := self.edges[i]).legal(FUSED)
+                or e.legal(RECOMPUTED)]
+
+    def reach(self, vi: int) -> frozenset[int]:
+        """Later points where value ``vi`` may be evaluated (inlined into consumers)."""
+        if vi not in self._reach:
+            out: set[int] = set()
+            for e in self._inline_edges(vi):
+                if e.consumer_value is None:
+                    out.add(e.consumer_point)
+                    continue
+                if self.can_home(e.consumer_value):
+                    out.add(self.values[e.consumer_value].def_point)
+                out |= self.reach(e.consumer_value)
+            self._reach[vi] = frozenset(out)
+        return self._reach[vi]
+
+    def aligned_to(self, vi: int, site: int) -> bool:
+        """Whether every inlining path from ``vi`` to ``site`` reads element for element."""
+        key = (vi, site)
+        if key not in self._aligned_to:
+            ok = True
+            for e in self._inline_edges(vi):
+                if e.consumer_value is None:
+                    if e.consumer_point == site:
+                        ok = ok and e.aligned
+                    continue
+                c = self.values[e.consumer_value]
+                if c.def_point == site:
+                    ok = ok and e.aligned
+                elif site in self.reach(c.index):
+                    ok = ok and e.aligned and self.aligned_to(c.index, site)
+            self._aligned_to[key] = ok
+        return self._aligned_to[key]
+
+    def guard(self, kind: str, a: int, b: int) -> int:
+        gd = Guard(kind, a, b)
+        if gd not in self._guard_index:
+            self._guard_index[gd] = len(self.guards)
+            self.guards.append(gd)
+        return self._guard_index[gd]
+
+    def _sites_of(self, e: Edge) -> list[tuple[int, int | None, bool]]:
+        """(point, site guard, read element for element) of every evaluation of ``e``'s
+        consumer that may read ``e``'s value; guard None: the consumer is a sink."""
+        if e.consumer_value is None:
+            return [(e.consumer_point, None, e.aligned)]
+        c = self.values[e.consumer_value]
+        out = [(c.def_point, self.guard("site", c.index, c.def_point), e.aligned)]
+        out += [(n, self.guard("site", c.index, n), e.aligned and self.aligned_to(c.index, n))
+                for n in sorted(self.reach(c.index))]
+        return out
+
+    # ------------------------------------------------------------------ carries
+
+    def _carries(self) -> list[_Carry]:
+        g = self.ctx.g
+        out = []
+        for v in self.values:
+            if v.kind != "loop.carry":
+                continue
+            fed = [e for e in self.edges if e.loop_carried and e.consumer_value == v.index]
+            if len(fed) != 1:
+                continue
+            y = self.values[fed[0].value]
+            label = g.nodes[v.node]["loop"]
+            end = self.ctx.loop_span[label][1] + 1
+            yields = sum(1 for i in y.edges if self.edges[i].loop_carried)
+            aliased = (tuple(g.nodes[y.node]["region"][-1:]) == (label,) and yields == 1
+                       and y.max_versions == 1 and y.kind != "loop.carry")
+            copies = 1
+            if aliased:
+                for i in v.edges:
+                    e = self.edges[i]
+                    if label not in g.nodes[self.ctx.node_by_name[e.consumer]]["loops"]:
+                        continue  # a use of the loop result
+                    for n, _, aligned in self._sites_of(e):
+                        if n > y.def_point or (n == y.def_point and not aligned):
+                            copies = 2
+            out.append(_Carry(v.index, y.index, y.node, y.def_point, end, aliased, copies))
+        return out
+
+    def _scale_carries(self) -> None:
+        """A carry that ping-pongs keeps two versions of its buffer."""
+        for c in self.carries.values():
+            if c.copies == 1:
+                continue
+            v = self.values[c.value]
+            reg = self.ctx.fig.register_home(v.scope)
+            reg_bytes = v.reg_bytes
+            if reg is not None:
+                reg_bytes = c.copies * _align(version_bytes(v.bytes, 2), reg[0].alignment)
+            placements = tuple(dataclasses.replace(p, bytes=c.copies * _align(version_bytes(
+                layout_bytes(v.shape, v.itemsize, p.layout), 2), self.ctx.target.resource(
+                p.resource).alignment)) for p in v.placements)
+            self.values[c.value] = dataclasses.replace(v, reg_bytes=reg_bytes,
+                                                       placements=placements)
+
+    def _in_place(self, e: Edge, site: int, aligned: bool) -> bool:
+        """A carry's read at the statement that writes its next value into its own buffer,
+        element for element: the old and the new value share the buffer."""
+        c = self.carries.get(e.value)
+        return (c is not None and c.aliased and c.copies == 1 and site == c.yield_def
+                and aligned)
+
+    # ------------------------------------------------------------------ intervals
+
+    def _held(self) -> None:
+        ctx = self.ctx
+        out = []
+        for e in self.edges:
+            v = self.values[e.value]
+            cn = ctx.node_by_name[e.consumer]
+            sites = self._sites_of(e) if not e.loop_carried else []
+            direct = next((s for s in sites if s[0] == e.consumer_point), None)
+            in_place = direct is not None and self._in_place(e, direct[0], direct[2])
+            held = _span(ctx, v.node, cn, e.loop_carried, inclusive=True, in_place=in_place)
+            pipe = ctx.g.nodes[v.node].get("pipeline")
+            if v.max_versions > 1 and pipe in ctx.g.nodes[cn]["loops"]:
+                # a value kept in versions is one array, live over the whole pipeline loop
+                lo, hi = ctx.loop_span[pipe]
+                held = (min(held[0], lo), max(held[1], hi + 1))
+            remote = []
+            for n, _, aligned in sites:
+                if n == e.consumer_point:
+                    continue
+                _, end = _span(ctx, v.node, self.point_node[n], False, inclusive=True,
+                               in_place=self._in_place(e, n, aligned))
+                if end > held[1]:
+                    remote.append((n, end))
+            out.append(dataclasses.replace(e, held=held, remote=tuple(remote)))
+        self.edges = out
+
+    def _segments(self, v: Value) -> Value:
+        items: list[tuple[int, int, int, int | None]] = []  # start, end, edge, guard
+        for i in v.edges:
+            e = self.edges[i]
+            items.append((e.held[0], e.held[1], i, None))
+            for n, end in e.remote:
+                items.append((e.held[1], end, i, self.guard("site", e.consumer_value or 0, n)))
+        c = self.carries.get(v.index)
+        if c is not None:  # one buffer serves every use: held wherever any use holds it
+            whole = not c.aliased or c.copies > 1
+            after = max([self.edges[i].held[1] for i in v.edges], default=c.loop_end)
+            for i in v.edges:
+                items.append((v.def_point, c.loop_end if whole else c.yield_def, i, None))
+                if not whole:
+                    items.append((c.yield_def, c.loop_end, i,
+                                  self.guard("split", v.index, c.yielded)))
+                if after > c.loop_end:  # the loop result, read after the loop
+                    items.append((c.loop_end, after, i, None))
+        cuts = sorted({x for a, b, _, _ in items for x in (a, b)})
+        segs: list[Segment] = []
+        for lo, hi in itertools.pairwise(cuts):
+            inside = [(i, gd) for a, b, i, gd in items if a <= lo and hi <= b]
+            cover = tuple(sorted({i for i, gd in inside if gd is None}))
+            guarded = tuple(sorted({(i, gd) for i, gd in inside
+                                    if gd is not None and i not in cover}))
+            if cover or guarded:
+                segs.append(Segment(lo, hi, cover, guarded))
+        return dataclasses.replace(v, segments=tuple(segs))
+
+    # ------------------------------------------------------------------ temporaries
+
+    def _temp_resource(self, nbytes: int, static: bool) -> Resource | None:
+        """Where the lowering puts a compiler temporary: registers when it is small and of
+        a static size, else the first shared-class resource (``temp_resource`` of
+        ``planner.lower.loop_program``)."""
+        t = self.ctx.target
+        private = t.resources_for_class("private")
+        cap = next((r.capacity for r in private if r.capacity is not None), 512)
+        if static and nbytes <= cap:
+            return private[0] if private else None
+        shared = t.resources_for_class("shared")
+        return shared[0] if shared else None
+
+    def _exchange_resource(self, scope: str) -> Resource | None:
+        """The shared resource through which threads of ``scope`` read each other's
+        registers, when registers are per thread below the owner."""
+        reg = self.ctx.fig.register_home(scope)
+        if reg is None or reg[0].instance_scope == scope:
+            return None
+        shared = self.ctx.target.resources_for_class("shared")
+        return shared[0] if shared else None
+
+    def _owner(self, point: int) -> str:
+        return owner_of(self.ctx, self.ctx.g.nodes[self.point_node[point]]["region"])
+
+    def _row_major_memory(self, v: Value) -> bool:
+        op = self.ctx.g.nodes[v.node]["op"]
+        for alloc in self.ctx.g.graph["allocs"]:
+            a: core.AllocOp = alloc["op"]
+            if a.memory is op.memory:
+                lay = a.layout
+                return not lay.swizzles and (not lay.strides or _eval(lay.strides[-1],
+                                                                      self.ctx.env) == 1)
+        return True
+
+    def temps(self) -> list[Temp]:
+        out: list[Temp] = []
+
+        def add(name: str, res: Resource, nbytes: int, point: int,
+                when: list[tuple[Lit, ...]]) -> None:
+            if when:
+                out.append(Temp(len(out), name, res.name, _align(nbytes, res.alignment), point,
+                                self._owner(point), tuple(when)))
+
+        for e in self.edges:
+            if e.consumer_kind == "tile.mma" and e.operand in (0, 1):
+                self._staging(e, add)
+        for v in self.values:
+            self._exchanges(v, add)
+        return out
+
+    def _staging(self, e: Edge, add: object) -> None:
+        v = self.values[e.value]
+        nbytes = math.prod(v.shape) * 4  # staging is f32, dense
+        shape = self.ctx.g.nodes[v.node]["shape"]
+        res = self._temp_resource(nbytes, product(tuple(shape)).const_value() is not None)
+        if res is None:
+            return
+        view: list[tuple[Lit, ...]] = []  # a view window: read in place where it can be
+        nest: list[tuple[Lit, ...]] = []  # a copy statement before the mma
+        if e.legal(FUSED):
+            if v.kind == "tile.load":
+                view.append((("x", e.index, FUSED),))
+            elif v.kind == "memory.load" and not self._row_major_memory(v):
+                nest.append((("x", e.index, FUSED),))
+        if e.legal(RECOMPUTED):
+            (view if v.kind == "tile.load" else nest).append((("x", e.index, RECOMPUTED),))
+        if v.kind not in ("tile.mma", "loop.carry"):  # those buffers are kept row-major
+            for q, p in enumerate(v.placements):
+                if p.layout.kind == "swizzled":
+                    nest += [(("x", e.index, c), ("y", v.index, q))
+                             for c in (VIRTUAL, MATERIALIZED) if e.legal(c)]
+        where = f"{v.name} for {e.consumer}"
+        add(f"staging of {where}", res, nbytes, e.consumer_point, view + nest)  # type: ignore[operator]
+        xres = self._exchange_resource(self.ctx.owner_scope[self._owner(e.consumer_point)])
+        if xres is not None and res.resource_class == "private":
+            add(f"exchange of the staging of {where}", xres, nbytes,  # type: ignore[operator]
+                e.consumer_point, nest)
+
+    def _exchanges(self, v: Value, add: object) -> None:
+        if v.register is None:
+            return
+        by_site: dict[int, list[tuple[Lit, ...]]] = {}
+        for i in v.edges:
+            e = self.edges[i]
+            if not e.legal(VIRTUAL) or e.loop_carried:
+                continue
+            for n, gd, aligned in self._sites_of(e):
+                if not aligned:
+                    by_site.setdefault(n, []).append(
+                        (("x", i, VIRTUAL),) + ((("g", gd, None),) if gd is not None else ()))
+        for n, when in sorted(by_site.items()):
+            res = self._exchange_resource(self.ctx.owner_scope[self._owner(n)])
+            if res is not None:
+                add(f"exchange of {v.name} for {self.ctx.node_name[self.point_node[n]]}",  # type: ignore[operator]
+                    res, v.bytes, n, when)
+
 
 
 def _memories(ctx: _Ctx) -> list[MemoryOccupant]:
@@ -1111,15 +1542,17 @@ def _memories(ctx: _Ctx) -> list[MemoryOccupant]:
                 and d["op"].memory is op.memory]
         if not uses:
             continue
-        orders = [ctx.g.nodes[n]["order"] for n in uses]
+        # allocated per instance of its owner: held wherever the owner runs (the
+        # lowering declares it for the whole instance, not around its uses)
+        owner = op.owner if op.owner in ctx.parallels else None
+        orders = [d["order"] for _, d in ctx.g.nodes(data=True)
+                  if owner is None or owner in d["region"]]
+        orders = orders or [ctx.g.nodes[n]["order"] for n in uses]
         lo, hi = min(orders), max(orders) + 1
-        for n in uses:
-            for label in ctx.g.nodes[n]["loops"]:
-                a, b = ctx.loop_span[label]
-                lo, hi = min(lo, a), max(hi, b + 1)
         itemsize = op.dtype.itemsize
-        nbytes = _align(op.layout.storage_elements(ctx.env) * itemsize, res.alignment)
         maxv, stall = _memory_versions(ctx, uses)
+        nbytes = _align(version_bytes(op.layout.storage_elements(ctx.env) * itemsize, maxv),
+                        res.alignment)
         out.append(MemoryOccupant(len(out), "%" + ctx.names.get(op.memory, "memory"),
                                   res.name, nbytes, (lo, hi),
                                   op.owner if op.owner in ctx.parallels else "kernel",
@@ -1174,11 +1607,13 @@ def _capacities(ctx: _Ctx, values: list[Value], memories: list[MemoryOccupant],
 
 
 def _live_points(values: list[Value], memories: list[MemoryOccupant],
-                 points: Mapping[int, Point]) -> list[LivePoint]:
+                 points: Mapping[int, Point], temps: list[Temp] = ()  # type: ignore[assignment]
+                 ) -> list[LivePoint]:
     """Holders live at each point where something starts (other points are dominated)."""
     items: list[tuple[int, int, str, tuple[int, int]]] = [
         (s.start, s.end, "v", (v.index, i)) for v in values for i, s in enumerate(v.segments)]
     items += [(m.span[0], m.span[1], "m", (m.index, 0)) for m in memories]
+    items += [(t.point, t.point + 1, "t", (t.index, 0)) for t in temps]
     items.sort()
     out: list[LivePoint] = []
     active: list[tuple[int, int, str, tuple[int, int]]] = []
@@ -1192,7 +1627,8 @@ def _live_points(values: list[Value], memories: list[MemoryOccupant],
             continue
         segs = tuple(sorted(it[3] for it in active if it[2] == "v"))
         mems = tuple(sorted(it[3][0] for it in active if it[2] == "m"))
-        out.append(LivePoint(p, points[p].owner, segs, mems))
+        tmps = tuple(sorted(it[3][0] for it in active if it[2] == "t"))
+        out.append(LivePoint(p, points[p].owner, segs, mems, tmps))
     return out
 
 
@@ -1310,21 +1746,89 @@ def _evaluate_value(problem: Problem, a: Assignment, v: Value,
     return bad
 
 
-def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment
-                 ) -> tuple[bool, bool]:
+class Truth:
+    """What an assignment implies beyond its choices: where each value is evaluated, where
+    it is stored, and hence which guards and temporaries hold."""
+
+    def __init__(self, problem: Problem, a: Assignment) -> None:
+        self.problem = problem
+        self.a = a
+        self._sites: dict[int, frozenset[int]] = {}
+
+    def home(self, vi: int) -> bool:
+        """Whether value ``vi`` is computed at its own point (into its buffer)."""
+        v = self.problem.values[vi]
+        return not v.inlinable or any(self.a.choices[i] in PRESERVING for i in v.edges)
+
+    def sites(self, vi: int) -> frozenset[int]:
+        """The points where value ``vi``'s expression is evaluated."""
+        if vi not in self._sites:
+            v = self.problem.values[vi]
+            out = {v.def_point} if self.home(vi) else set()
+            for i in v.edges:
+                e = self.problem.edges[i]
+                c = self.a.choices[i]
+                if c in INLINING and e.legal(c):  # (an illegal choice is reported anyway)
+                    out |= ({e.consumer_point} if e.consumer_value is None
+                            else self.sites(e.consumer_value))
+            self._sites[vi] = frozenset(out)
+        return self._sites[vi]
+
+    def storage(self, vi: int) -> str | None:
+        """The resource of the value's one buffer (its placement, else its registers)."""
+        v = self.problem.values[vi]
+        q = self.a.placement[vi]
+        return v.placements[q].resource if q is not None else v.register
+
+    def guard(self, gi: int) -> bool:
+        g = self.problem.guards[gi]
+        if g.kind == "site":
+            return g.b in self.sites(g.a)
+        return self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
+
+    def mixed(self, vi: int) -> bool:
+        """Kept in registers for some edges and in a buffer for others (two copies)."""
+        return self.a.placement[vi] is not None and any(
+            self.a.choices[i] is VIRTUAL for i in self.problem.values[vi].edges)
+
+    def lit(self, lit: Lit) -> bool:
+        kind, i, arg = lit
+        if kind == "x":
+            return self.a.choices[i] is arg
+        if kind == "y":
+            return self.a.placement[i] == arg
+        return self.guard(i)
+
+    def temp(self, t: Temp) -> bool:
+        return any(all(self.lit(x) for x in alt) for alt in t.when)
+
+
+def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
+                 truth: Truth | None = None) -> tuple[bool, bool]:
     """(in registers, in its materialized buffer) over ``seg``."""
     cs = [a.choices[i] for i in seg.edges]
-    return VIRTUAL in cs, MATERIALIZED in cs
+    reg, mat = VIRTUAL in cs, MATERIALIZED in cs
+    for i, g in seg.guarded:
+        c = a.choices[i]
+        if c in PRESERVING and not (reg if c is VIRTUAL else mat):
+            truth = truth or Truth(problem, a)
+            if truth.guard(g):
+                reg, mat = reg or c is VIRTUAL, mat or c is MATERIALIZED
+    return reg, mat
 
 
 def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
     """Bytes held per resource at every checked point, with the holders."""
     out: list[Occupancy] = []
+    truth = Truth(problem, a)
+    live: dict[tuple[int, int], tuple[bool, bool]] = {}
     for lp in problem.live_points:
         held: dict[str, list[tuple[str, int]]] = {}
         for vi, si in lp.segments:
             v = problem.values[vi]
-            reg, mat = segment_live(problem, a, v, v.segments[si])
+            if (vi, si) not in live:
+                live[(vi, si)] = segment_live(problem, a, v, v.segments[si], truth)
+            reg, mat = live[(vi, si)]
             k = a.versions[vi]
             label = v.name if k == 1 else f"{v.name} ×{k}"
             if reg and v.register is not None:
@@ -1338,6 +1842,10 @@ def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
             k = a.memory_versions[mi] if a.memory_versions else 1
             held.setdefault(m.resource, []).append(
                 (m.name if k == 1 else f"{m.name} ×{k}", m.bytes * k))
+        for ti in lp.temps:
+            t = problem.temps[ti]
+            if truth.temp(t):
+                held.setdefault(t.resource, []).append((t.name, t.bytes))
         for res, holders in sorted(held.items()):
             out.append(Occupancy(res, lp.owner, lp.point, sum(b for _, b in holders),
                                  problem.capacity(res, lp.owner), tuple(holders)))

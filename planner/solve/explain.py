@@ -136,14 +136,21 @@ def _phrase_capacity(problem: Problem, restrictions: Restrictions | None, g: Gro
     parts = " + ".join(f"{name} {fmt_bytes(b)}" for name, b in holders) or "its holders"
     total_part = f" = {fmt_bytes(held)}" if len(holders) > 1 else ""
     return (f"{parts}{total_part} > {resource} capacity {fmt_bytes(cap)} "
-            f"{_where(problem, g.subject)} [capacity of {resource}]")
+            f"{_where(problem, g.subject, {name for name, _ in holders})} "
+            f"[capacity of {resource}]")
 
 
-def _where(problem: Problem, point: int) -> str:
-    """The points over which the holders checked at ``point`` are all live."""
+def _where(problem: Problem, point: int, holders: set[str] | None = None) -> str:
+    """The points over which the holders checked at ``point`` (those named in
+    ``holders`` when given: values, Memory and temporaries) are all live."""
     lp = next(lp for lp in problem.live_points if lp.point == point)
-    ends = [problem.values[vi].segments[si].end for vi, si in lp.segments]
-    ends += [problem.memories[mi].span[1] for mi in lp.memories]
+    names = {h.split(" ×")[0] for h in holders} if holders else None
+    ends = [problem.values[vi].segments[si].end for vi, si in lp.segments
+            if names is None or problem.values[vi].name in names]
+    ends += [problem.memories[mi].span[1] for mi in lp.memories
+             if names is None or problem.memories[mi].name in names]
+    ends += [point + 1 for ti in lp.temps
+             if names is not None and problem.temps[ti].name in names]
     last = min(ends, default=point + 1) - 1
     pts = [problem.points[i] for i in range(point, last + 1) if i in problem.points]
     if len(pts) <= 1:

@@ -12,12 +12,22 @@ Variables (all Boolean unless noted)
   stages choose; the others keep one).  ``mv[m, k]`` likewise for explicit Memory.
 * ``home[v] >= x[e, virtual | materialized]``: the producer runs once.
 * ``reg[v, s]``, ``mat[v, s]``: the value is held in registers / in its buffer over
-  segment ``s`` of its live range (``>=`` each covering edge's choice).
+  segment ``s`` of its live range (``>=`` each covering edge's choice, and ``>=`` a
+  guarded cover's choice ∧ its guard).
+* Guards (``planner.solve.costs.Guard``): ``site`` literals say a value is evaluated at
+  a later point (``>=`` home, or an inlined edge ∧ the consumer's site, recursively);
+  ``split`` literals say a carry and its yielded value live apart.  Temporaries
+  (``planner.solve.costs.Temp``) are held when one of their alternatives (conjunctions
+  of choices, placements and guards) holds.  All are implied one way only: they only
+  add bytes, so minimization keeps them exact.
 
 Capacity is one linear sum per (resource, checked point) over live holders, never
 ``AddCumulative``: occupancy terms are products ``mat[v, s] ∧ y[v, q] (∧ u[v, k])``
 linearized as ``b >= sum(literals) - (n - 1)``, with ``bytes × k`` coefficients.  A
 constraint that cannot bind (its largest possible sum fits) is not emitted.
+
+When CP-SAT finds no solution within its time limit, :func:`solve` returns a heuristic
+plan (:func:`fallback_assignment`) checked by the reference evaluator.
 
 Constraint groups (legality of an edge, the policy for a value, a baseline's rule for
 an edge, capacity of a resource at a point) can be guarded by assumption literals;
@@ -28,13 +38,19 @@ choices are simply not created.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from ortools.sat.python import cp_model
 
 from planner.errors import Diagnostic, PlannerError
+from planner.solve.baselines import _evict as evict_registers
+from planner.solve.baselines import _isolated_price as isolated_price
+from planner.solve.baselines import _placements as place_values
+from planner.solve.baselines import greedy_assignment
 from planner.solve.costs import (
     CHOICES,
     FUSED,
@@ -46,14 +62,18 @@ from planner.solve.costs import (
     Edge,
     LivePoint,
     Problem,
+    Truth,
     Value,
     allowed_choices,
+    evaluate,
+    segment_live,
     total,
 )
 from planner.solve.plan import Decision
 
 Restrictions = Mapping[int, frozenset[Decision]]
 Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
+Cond: TypeAlias = "cp_model.IntVar | bool"  # a literal, or a constant condition
 
 _EXACT = 2**50  # keep objective sums well inside double precision (CP-SAT's LP)
 _RANK = {FUSED: 0, VIRTUAL: 1, RECOMPUTED: 2, MATERIALIZED: 3}
@@ -84,6 +104,7 @@ class BuiltModel:
     reg: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     mat: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     products: dict[tuple[object, ...], cp_model.IntVar] = field(default_factory=dict)
+    conditions: dict[tuple[object, ...], Cond] = field(default_factory=dict)
     groups: list[Group] = field(default_factory=list)
     literals: list[cp_model.IntVar] = field(default_factory=list)
     cost: list[tuple[cp_model.IntVar, int]] = field(default_factory=list)
@@ -91,6 +112,7 @@ class BuiltModel:
     capacity_exprs: dict[tuple[str, int], tuple[list[tuple[cp_model.IntVar, int]], int]] = \
         field(default_factory=dict)
     assumptions: bool = False
+    restrictions: Restrictions = field(default_factory=dict)
 
     def guard(self, group: Group | None) -> list[cp_model.IntVar]:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
@@ -110,9 +132,12 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     ``assumptions`` guards every named group with a literal; groups named in ``skip``
     are left out entirely (used to measure what a core's capacity group would need).
     """
-    bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions)
+    bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
+                    restrictions=restrictions or {})
     for e in problem.edges:
         _edge_choices(bm, e, restrictions or {}, skip)
+    for v in problem.values:
+        _placement_vars(bm, v, [problem.edges[i] for i in v.edges], skip)
     for v in problem.values:
         _value_vars(bm, v, skip)
     for m in problem.memories:
@@ -164,7 +189,6 @@ def _shared_guard(bm: BuiltModel, group: Group) -> list[cp_model.IntVar]:
 def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     p, m = bm.problem, bm.model
     edges = [p.edges[i] for i in v.edges]
-    _placement_vars(bm, v, edges, skip)
     preserved = [bm.x[(e.index, c)] for e in edges for c in PRESERVING
                  if (e.index, c) in bm.x]
     if total(v.home) and preserved:
@@ -176,6 +200,14 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     for si, seg in enumerate(v.segments):
         virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
         mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
+        for i, g in seg.guarded:
+            for c, lits in ((VIRTUAL, virt), (MATERIALIZED, mats)):
+                held = _conjunction(bm, ("held", i, c, g), [bm.x.get((i, c), False),
+                                                              guard_literal(bm, g)])
+                if held is True:
+                    lits.append(bm.x[(i, c)])
+                elif held is not False:
+                    lits.append(held)
         if virt and v.register is not None:
             bm.reg[(v.index, si)] = _at_least_any(m, virt, f"reg{v.index}_{si}")
         if mats:
@@ -243,6 +275,8 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
         m.Add(us[0] == 1)
         return
     p = _at_least_any(m, cross, f"cross{v.index}")
+    if len(cross) > 1:  # exactly "some cross-stage edge is preserved": versions depend on it
+        m.AddBoolOr(cross).OnlyEnforceIf(p)
     bm.cross[v.index] = p
     m.AddImplication(p.Not(), us[0])
     for k, lit in enumerate(us, start=1):
@@ -273,6 +307,127 @@ def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar
         out = bm.model.NewBoolVar("p" + "_".join(map(str, key)))
         bm.model.Add(out >= sum(lits) - (len(lits) - 1))
         bm.products[key] = out
+    return out
+
+
+def _conjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> Cond:
+    """All of ``conds`` (constants folded; a literal implied by the conjunction)."""
+    if any(c is False for c in conds):
+        return False
+    lits = [c for c in conds if c is not True]
+    if not lits:
+        return True
+    return _product(bm, key, lits)  # type: ignore[arg-type]
+
+
+def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> Cond:
+    """Any of ``conds`` (a literal implied by each; constants folded)."""
+    if any(c is True for c in conds):
+        return True
+    lits = [c for c in conds if c is not False]
+    if not lits:
+        return False
+    if len(lits) == 1:
+        return lits[0]
+    out = bm.products.get(key)
+    if out is None:
+        out = _at_least_any(bm.model, lits, "_".join(map(str, key)))  # type: ignore[arg-type]
+        bm.products[key] = out
+    return out
+
+
+def _home(bm: BuiltModel, vi: int) -> Cond:
+    """Value ``vi`` is computed at its own point (some edge stores it)."""
+    v = bm.problem.values[vi]
+    if not v.inlinable:
+        return True
+    return _disjunction(bm, ("home", vi), [bm.x[(i, c)] for i in v.edges for c in PRESERVING
+                                           if (i, c) in bm.x])
+
+
+def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
+    """Value ``vi`` is evaluated at ``point`` (at home, or inlined into a consumer there)."""
+    key = ("site", vi, point)
+    if key in bm.conditions:
+        return bm.conditions[key]
+    p = bm.problem
+    v = p.values[vi]
+    if point == v.def_point:
+        out = _home(bm, vi)
+    else:
+        parts: list[Cond] = []
+        for i in v.edges:
+            e = p.edges[i]
+            if (i, FUSED) not in bm.x and (i, RECOMPUTED) not in bm.x:
+                continue
+            if e.consumer_value is None:
+                there: Cond = e.consumer_point == point
+            else:
+                t = p.values[e.consumer_value]
+                there = _site(bm, t.index, point) if (point == t.def_point
+                                                      or point in t.sites) else False
+            for c in (FUSED, RECOMPUTED):
+                if (i, c) in bm.x and e.legal(c):
+                    parts.append(_conjunction(bm, ("via", i, c, point), [bm.x[(i, c)], there]))
+        out = _disjunction(bm, key, parts)
+    bm.conditions[key] = out
+    return out
+
+
+def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
+    """The carry and its yielded value live in different storage (resource or registers)."""
+    key = ("split", carry, yielded)
+    if key in bm.conditions:
+        return bm.conditions[key]
+    p, m = bm.problem, bm.model
+
+    def storage(vi: int) -> dict[str | None, object]:
+        v = p.values[vi]
+        ys = {q: y for (w, q), y in bm.y.items() if w == vi}
+        out: dict[str | None, object] = {}
+        for q, y in ys.items():
+            r = v.placements[q].resource
+            out[r] = out.get(r, 0) + y
+        out[v.register] = out.get(v.register, 0) + 1 - sum(ys.values())
+        return out
+
+    a, b = storage(carry), storage(yielded)
+    d = m.NewBoolVar(f"split{carry}_{yielded}")
+    for r in set(a) | set(b):
+        m.Add(d >= a.get(r, 0) - b.get(r, 0))  # type: ignore[operator]
+    virtual = _disjunction(bm, ("virtual", yielded), [
+        bm.x[(i, VIRTUAL)] for i in p.values[yielded].edges if (i, VIRTUAL) in bm.x])
+    buffered = sum(y for (w, _), y in bm.y.items() if w == yielded)
+    if virtual is not False and not isinstance(buffered, int):  # kept in two places
+        m.Add(d >= virtual + buffered - 1)  # type: ignore[operator]
+    bm.conditions[key] = d
+    return d
+
+
+def guard_literal(bm: BuiltModel, gi: int) -> Cond:
+    g = bm.problem.guards[gi]
+    return _site(bm, g.a, g.b) if g.kind == "site" else _split(bm, g.a, g.b)
+
+
+def temp_literal(bm: BuiltModel, ti: int) -> Cond:
+    """The temporary is allocated: every literal of some alternative holds."""
+    key = ("temp", ti)
+    if key in bm.conditions:
+        return bm.conditions[key]
+    t = bm.problem.temps[ti]
+    alts: list[Cond] = []
+    for n, alt in enumerate(t.when):
+        conds: list[Cond] = []
+        for kind, i, arg in alt:
+            if kind == "x":
+                conds.append(bm.x.get((i, arg), False))  # type: ignore[arg-type]
+            elif kind == "y":
+                conds.append(bm.y.get((i, arg), False))  # type: ignore[arg-type]
+            else:
+                conds.append(guard_literal(bm, i))
+        alts.append(_conjunction(bm, ("alt", ti, n), conds))
+    out = _disjunction(bm, key, alts)
+    bm.conditions[key] = out
     return out
 
 
@@ -310,7 +465,17 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
             fixed += mem.bytes
         else:
             out += [(bm.mv[(mi, k)], mem.bytes * k) for k in range(1, mem.max_versions + 1)]
-        most += mem.bytes * mem.max_versions
+            most += mem.bytes * mem.max_versions
+    for ti in lp.temps:
+        t = p.temps[ti]
+        if t.resource != resource:
+            continue
+        held = temp_literal(bm, ti)
+        if held is True:
+            fixed += t.bytes
+        elif held is not False:
+            out.append((held, t.bytes))  # type: ignore[arg-type]
+            most += t.bytes
     return out, fixed, most + fixed
 
 
@@ -414,11 +579,91 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
                                       + bm.model.Validate()[:500]), kind="internal")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-        return SolveResult(name, None, 0, 0, seconds)
+        fallback = (fallback_assignment(bm.problem, bm.restrictions,
+                                        deadline=time.perf_counter() + max(5.0, time_limit_s))
+                    if name == "unknown" else None)
+        if fallback is None:
+            return SolveResult(name, None, 0, 0, seconds)
+        bound = solver.BestObjectiveBound()
+        bound = offset + max(0, round(bound) // weight * scale) if math.isfinite(bound) \
+            else offset
+        ev = evaluate(bm.problem, fallback, bm.restrictions)
+        return SolveResult("feasible", fallback, ev.objective, min(bound, ev.objective),
+                           time.perf_counter() - start)
     best = round(solver.ObjectiveValue()) // weight * scale
     bound = round(solver.BestObjectiveBound()) // weight * scale
     status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
     return SolveResult(status_name, decode(bm, solver), best + offset, bound + offset, seconds)
+
+
+def fallback_assignment(problem: Problem, restrictions: Restrictions | None = None,
+                        deadline: float | None = None) -> Assignment | None:
+    """A feasible plan when the solver found none in time: the greedy heuristic of
+    :mod:`planner.solve.baselines`, else its choices repaired against the evaluator's
+    occupancy (which also sees the registers a value holds while a reader of it is
+    inlined into a later consumer): the biggest register holder at the first overflow
+    leaves registers, until the plan fits or nothing is left to move."""
+    found = greedy_assignment(problem, restrictions)
+    if found is not None:
+        return found
+    choices: list[Decision] = []
+    for e in problem.edges:
+        allowed = allowed_choices(problem, e, restrictions)
+        if not allowed:
+            return None
+        priced = [(p, i, c) for i, c in enumerate(allowed)
+                  if (p := isolated_price(problem, e, c)) is not None]
+        choices.append(min(priced)[2] if priced else allowed[-1])
+    for _ in range(len(problem.values) + 1):
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        placement, versions = place_values(problem, tuple(choices))
+        if placement is None:
+            return None
+        a = Assignment(tuple(choices), placement, tuple(1 for _ in versions),
+                       tuple(1 for _ in problem.memories))
+        ev = evaluate(problem, a, restrictions)
+        if ev.feasible:
+            return a
+        truth = Truth(problem, a)
+        points = {lp.point: lp for lp in problem.live_points}
+        in_regs: dict[tuple[int, int], bool] = {}
+        overflows: list[list[int]] = []
+        for o in ev.occupancy:
+            if o.capacity is None or o.bytes <= o.capacity:
+                continue
+            held = []
+            for vi, si in points[o.point].segments:
+                v = problem.values[vi]
+                if v.register != o.resource:
+                    continue
+                if (vi, si) not in in_regs:
+                    in_regs[(vi, si)] = segment_live(problem, a, v, v.segments[si], truth)[0]
+                if in_regs[(vi, si)]:
+                    held.append(vi)
+            if not held:
+                return None  # not a register overflow: nothing this repair can move
+            overflows.append(held)
+        # the holders present at the most overflowing points leave first (long-lived ones)
+        count: dict[int, int] = {}
+        for held in overflows:
+            for vi in held:
+                count[vi] = count.get(vi, 0) + 1
+        evict: set[int] = set()
+        for held in overflows:
+            if not evict & set(held):
+                evict.add(max(held, key=lambda i: (count[i], problem.values[i].reg_bytes, i)))
+        if not evict:
+            return None
+        for vi in sorted(evict):
+            for i in problem.values[vi].edges:  # buffered: held, but not in registers
+                if choices[i] is VIRTUAL:
+                    allowed = allowed_choices(problem, problem.edges[i], restrictions)
+                    if MATERIALIZED in allowed:
+                        choices[i] = MATERIALIZED
+                    elif not evict_registers(problem, vi, choices, restrictions):
+                        return None
+    return None
 
 
 def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:
