@@ -85,6 +85,7 @@ overlaps whole stages (one buffer short of versions orders the pipeline for all)
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -1420,14 +1421,51 @@ class _Holding:
                 if after > c.loop_end:  # the loop result, read after the loop
                     items.append((c.loop_end, after, i, None))
         cuts = sorted({x for a, b, _, _ in items for x in (a, b)})
+        # Sweep the cuts: an item covers [lo, hi) (consecutive cuts) iff a <= lo < b.
+        starts: dict[int, list[tuple[int, int | None]]] = {}
+        ends: dict[int, list[tuple[int, int | None]]] = {}
+        for a, b, i, gd in items:
+            if a < b:
+                starts.setdefault(a, []).append((i, gd))
+                ends.setdefault(b, []).append((i, gd))
         segs: list[Segment] = []
+        active: dict[tuple[int, int | None], int] = {}  # item -> overlapping copies
+        covered: dict[int, int] = {}  # unguarded edge -> items
+        gsorted: list[tuple[int, int]] = []  # the active guarded items, sorted
+        gedges: dict[int, int] = {}  # edge -> active guarded items
         for lo, hi in itertools.pairwise(cuts):
-            inside = [(i, gd) for a, b, i, gd in items if a <= lo and hi <= b]
-            cover = tuple(sorted({i for i, gd in inside if gd is None}))
-            guarded = tuple(sorted({(i, gd) for i, gd in inside
-                                    if gd is not None and i not in cover}))
-            if cover or guarded:
-                segs.append(Segment(lo, hi, cover, guarded))
+            for key in ends.get(lo, ()):
+                n = active[key] - 1
+                if n:
+                    active[key] = n
+                    continue
+                del active[key]
+                i, gd = key
+                bag = covered if gd is None else gedges
+                if bag[i] == 1:
+                    del bag[i]
+                else:
+                    bag[i] -= 1
+                if gd is not None:
+                    del gsorted[bisect.bisect_left(gsorted, key)]  # type: ignore[arg-type]
+            for key in starts.get(lo, ()):
+                n = active.get(key, 0)
+                active[key] = n + 1
+                if n:
+                    continue
+                i, gd = key
+                bag = covered if gd is None else gedges
+                bag[i] = bag.get(i, 0) + 1
+                if gd is not None:
+                    bisect.insort(gsorted, key)  # type: ignore[arg-type]
+            if not active:
+                continue
+            cover = tuple(sorted(covered))
+            if any(i in gedges for i in cover):
+                guarded = tuple(k for k in gsorted if k[0] not in covered)
+            else:
+                guarded = tuple(gsorted)
+            segs.append(Segment(lo, hi, cover, guarded))
         return dataclasses.replace(v, segments=tuple(segs))
 
     # ------------------------------------------------------------------ temporaries

@@ -38,6 +38,7 @@ choices are simply not created.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -197,21 +198,36 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
             m.AddImplication(lit, home)
         bm.cost.append((home, total(v.home)))
     _version_vars(bm, v, edges)
+    # A guarded cover spans many segments: its literals are derived once per value (in
+    # order of first appearance), and the pairs that can never hold are dropped up front.
+    pairs = dict.fromkeys(itertools.chain.from_iterable(s.guarded for s in v.segments))
+    held = {ig: h for ig, h in ((ig, _held(bm, *ig)) for ig in pairs)
+            if h[0] is not False or h[1] is not False}
     for si, seg in enumerate(v.segments):
         virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
         mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
-        for i, g in seg.guarded:
-            for c, lits in ((VIRTUAL, virt), (MATERIALIZED, mats)):
-                held = _conjunction(bm, ("held", i, c, g), [bm.x.get((i, c), False),
-                                                              guard_literal(bm, g)])
-                if held is True:
-                    lits.append(bm.x[(i, c)])
-                elif held is not False:
-                    lits.append(held)
+        # (``seg.guarded`` is sorted: the sorted intersection keeps its order)
+        for ig in sorted(held.keys() & seg.guarded) if held else ():
+            hv, hm = held[ig]
+            if hv is not False:
+                virt.append(hv)  # type: ignore[arg-type]
+            if hm is not False:
+                mats.append(hm)  # type: ignore[arg-type]
         if virt and v.register is not None:
             bm.reg[(v.index, si)] = _at_least_any(m, virt, f"reg{v.index}_{si}")
         if mats:
             bm.mat[(v.index, si)] = _at_least_any(m, mats, f"mat{v.index}_{si}")
+
+
+def _held(bm: BuiltModel, i: int, g: int) -> tuple[Cond, Cond]:
+    """(in registers, in its buffer): edge ``i``, virtual / materialized, holds its value
+    while guard ``g`` holds; ``False`` where it cannot."""
+    out: list[Cond] = []
+    for c in (VIRTUAL, MATERIALIZED):
+        held = _conjunction(bm, ("held", i, c, g), [bm.x.get((i, c), False),
+                                                      guard_literal(bm, g)])
+        out.append(bm.x[(i, c)] if held is True else held)
+    return out[0], out[1]
 
 
 def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
