@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
 from planner.ir.load import LoadedKernel, load_kernel, parse_bindings
 
 
@@ -26,3 +28,22 @@ def kernel_and_bindings(args: argparse.Namespace) -> tuple[LoadedKernel, dict[st
     loaded = load_kernel(args.kernel)
     bindings = {**loaded.bindings, **parse_bindings(getattr(args, "bind", None))}
     return loaded, bindings
+
+
+def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest absolute difference; NaN where both are NaN counts as equal, else inf."""
+    if got.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    if want.dtype.kind == "f":
+        diff = np.where(np.isnan(got) & np.isnan(want), 0.0, diff)
+    return float("inf") if np.isnan(diff).any() else float(diff.max())
+
+
+def compare_output(got: np.ndarray, want: np.ndarray, rtol: float = 1e-4, atol: float = 1e-4
+                   ) -> tuple[bool, float]:
+    """Whether an output matches its reference (NaN equals NaN), and the max abs error."""
+    ok = got.shape == want.shape and bool(
+        np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
+    return ok, max_abs_error(got, want) if got.shape == want.shape else float("inf")

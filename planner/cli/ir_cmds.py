@@ -7,12 +7,11 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from planner.cli.common import (
     add_bind_arg,
     add_catalog_dir_arg,
     add_kernel_arg,
+    compare_output,
     kernel_and_bindings,
 )
 from planner.errors import PlannerError, error
@@ -98,8 +97,7 @@ def cmd_interpret(args: argparse.Namespace) -> int:
         got = outputs[name]
         if got.shape != want.shape:
             raise error(f"output {name}: shape {got.shape} != reference {want.shape}")
-        ok = np.allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
-        err = float(np.nanmax(np.abs(got - want), initial=0.0)) if got.size else 0.0
+        ok, err = compare_output(got, want)
         print(f"  {name}: max abs error {err:.3g} {'ok' if ok else 'MISMATCH'}")
         if not ok:
             raise error(f"output {name} differs from the reference (max abs error {err:.3g})",

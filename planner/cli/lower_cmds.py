@@ -26,6 +26,7 @@ from planner.cli.common import (
     add_bind_arg,
     add_catalog_dir_arg,
     add_kernel_arg,
+    compare_output,
     kernel_and_bindings,
 )
 from planner.errors import PlannerError, error
@@ -162,16 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     worst = 0.0
     bad: list[str] = []
     for name, want in expected.items():
-        got = outputs[name]
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-        same_nan = np.isnan(got) & np.isnan(want) if want.dtype.kind == "f" else False
-        diff = np.where(same_nan, 0.0, diff)
-        err = float(np.nanmax(diff, initial=0.0)) if diff.size else 0.0
-        if np.isnan(diff).any():
-            err = float("inf")
+        ok, err = compare_output(outputs[name], want, args.rtol, args.atol)
         worst = max(worst, err)
-        ok = np.allclose(got, want, rtol=args.rtol, atol=args.atol, equal_nan=True)
         print(f"  {name}: max abs error {err:.3g} {'ok' if ok else 'MISMATCH'}")
         if not ok:
             bad.append(name)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from planner.catalog import Target
+from planner.cli.common import compare_output
 from planner.errors import Diagnostic, PlannerError
 from planner.ir.core import Kernel
 from planner.ir.interpreter import interpret, random_inputs
@@ -32,7 +31,7 @@ from planner.lower.metal_runtime import run_msl_kernel
 from planner.lower.msl_emitter import emit_msl
 from planner.solve.plan import MaterializationPlan
 
-__all__ = ["DEFAULT_ORDERS", "lower_msl_command", "max_abs_error", "run_msl_check"]
+__all__ = ["DEFAULT_ORDERS", "lower_msl_command", "run_msl_check"]
 
 #: Thread orders a check runs in unless told otherwise.
 DEFAULT_ORDERS: tuple[Order, ...] = ("forward", "reverse")
@@ -41,17 +40,6 @@ DEFAULT_ORDERS: tuple[Order, ...] = ("forward", "reverse")
 def lower_msl_command(kernel: Kernel, plan: MaterializationPlan | None, target: Target) -> str:
     """The Metal Shading Language source of ``kernel`` under ``plan`` (one kernel void)."""
     return emit_msl(kernel, plan, target).source
-
-
-def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
-    """Largest absolute difference; NaN where both are NaN counts as equal, else inf."""
-    if got.size == 0:
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    if want.dtype.kind == "f":
-        diff = np.where(np.isnan(got) & np.isnan(want), 0.0, diff)
-    return float("inf") if np.isnan(diff).any() else float(diff.max())
 
 
 def run_msl_check(loaded_kernel: LoadedKernel | Kernel, plan: MaterializationPlan | None,
@@ -93,10 +81,8 @@ def run_msl_check(loaded_kernel: LoadedKernel | Kernel, plan: MaterializationPla
         for ref_name, expected in references.items():
             for name, want in expected.items():
                 got = run.outputs[name]
-                err = max_abs_error(got, want)
+                ok, err = compare_output(got, want, rtol, atol)
                 worst = max(worst, err)
-                ok = got.shape == want.shape and bool(
-                    np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
                 lines.append(f"  {order}: {name} vs the {ref_name}: max abs error {err:.3g} "
                              f"{'ok' if ok else 'MISMATCH'} ({facts})")
                 if not ok:

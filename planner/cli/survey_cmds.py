@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
-from planner.cli.common import add_catalog_dir_arg
+from planner.cli.common import add_catalog_dir_arg, compare_output
 from planner.errors import PlannerError
 
 
@@ -103,8 +101,8 @@ def _run_check(ex, plan, target, row: str) -> tuple[str, bool]:
         want = interpret(ex.kernel, inputs, ex.bindings)
     except PlannerError as exc:
         return f"{row}  error: {exc.diagnostics[0].message}", False
-    worst = max((float(np.nanmax(np.abs(got[k] - want[k]), initial=0.0)) for k in want),
-                default=0.0)
-    ok = all(np.allclose(got[k], want[k], rtol=1e-4, atol=1e-4, equal_nan=True) for k in want)
+    results = [compare_output(got[k], want[k]) for k in want]
+    worst = max((err for _, err in results), default=0.0)
+    ok = all(match for match, _ in results)
     verdict = "matches reference" if ok else "MISMATCH"
     return f"{row}  {verdict} (max err {worst:.1e}, {dt * 1e3:.1f} ms)", ok

@@ -79,13 +79,13 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
         t = value.type
         assert isinstance(t, TileType)
         elems = _elements(t)
+        count = _eval(elems, bindings)
         stage = op.stage if op is not None else None
         pipe = region.pipeline
         g.add_node(
             key, op=op, value=value, kind=kind, cost_class=cls, dtype=t.dtype,
-            shape=t.shape, elements=elems, elements_value=_eval(elems, bindings),
-            bytes_value=(None if _eval(elems, bindings) is None
-                         else _eval(elems, bindings) * t.dtype.itemsize),
+            shape=t.shape, elements=elems, elements_value=count,
+            bytes_value=None if count is None else count * t.dtype.itemsize,
             region=region.path, loops=tuple(lp.label for lp in region.loops),
             instances=product(region.parallel_extents),
             pipeline=pipe.label if pipe is not None else None,
@@ -194,3 +194,34 @@ def live_edges(g: nx.MultiDiGraph) -> list[tuple[str, str, int]]:
     """All def→use edges as (producer, consumer, key), in program order of producers."""
     return sorted(g.edges(keys=True),
                   key=lambda e: (g.nodes[e[0]]["order"], g.nodes[e[1]]["order"], e[2]))
+
+
+def node_names(g: nx.MultiDiGraph, value_names: Mapping[Value, str]) -> dict[str, str]:
+    """Printable, unique names of the graph's nodes, in program order.
+
+    A Tile-producing node takes its value's printed name (``%x``); a sink takes
+    ``kind(%target)`` (``tile.store(%Y)``); repeats get ``#n``.  The planner's edge ids
+    and the lowering's lookup of plan decisions both use these names, so they agree.
+    """
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for n, d in sorted(g.nodes(data=True), key=lambda x: x[1]["order"]):
+        value = d.get("value")
+        if value is not None and value in value_names:
+            name = "%" + value_names[value]
+        else:
+            target = getattr(d["op"], "view", None) or getattr(d["op"], "memory", None)
+            what = value_names.get(target, "?") if target is not None else str(d["order"])
+            name = f"{d['kind']}(%{what})"
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        else:
+            seen[name] = 0
+        out[n] = name
+    return out
+
+
+def edge_id(names: Mapping[str, str], producer: str, consumer: str, operand: int) -> str:
+    """The stable id of a def→use edge: ``producer -> consumer#operand``."""
+    return f"{names[producer]} -> {names[consumer]}#{operand}"

@@ -408,7 +408,7 @@ def _op_exprs(op: Op) -> list[Expr]:
                     out.append(x)
                 elif isinstance(x, core.Axis):
                     out.append(x.extent)
-        elif hasattr(val, "shape") and hasattr(val, "strides"):
+        elif isinstance(val, Layout):
             out.extend(val.shape)
             out.extend(val.strides)
     return out

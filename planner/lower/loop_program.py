@@ -88,7 +88,7 @@ from planner.ir.core import (
 )
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, Sym, add, ceil_div, mod, mul, product
-from planner.ir.graph import dataflow_graph, live_edges
+from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names
 from planner.ir.layout import Layout, XorSwizzle, dense
 from planner.ir.printer import Printer, PrintOptions, ValueNamer, format_float
 from planner.ir.types import MemoryType, StateType, TileType, ViewType
@@ -758,30 +758,14 @@ EdgeKey = tuple[int, int, int]  # (id(value), id(consumer op), operand index)
 
 
 def _edge_ids(kernel: Kernel, namer: ValueNamer) -> list[tuple[str, EdgeKey]]:
-    """Edge ids as the planner spells them: printed value names for Tile values,
-    ``kind(%target)`` for sinks (``tile.store(%Y)``), ``#n`` for repeated names."""
+    """Each live edge's planner id (:func:`planner.ir.graph.edge_id`) and its key."""
     g = dataflow_graph(kernel)
-    node_name: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    for n, d in sorted(g.nodes(data=True), key=lambda x: x[1]["order"]):
-        value = d.get("value")
-        if value is not None and value in namer.names:
-            name = "%" + namer.names[value]
-        else:
-            target = getattr(d["op"], "view", None) or getattr(d["op"], "memory", None)
-            what = namer.names.get(target, "?") if target is not None else str(d["order"])
-            name = f"{d['kind']}(%{what})"
-        if name in seen:
-            seen[name] += 1
-            name = f"{name}#{seen[name]}"
-        else:
-            seen[name] = 0
-        node_name[n] = name
+    node_name = node_names(g, namer.names)
     out = []
     for u, w, k in live_edges(g):
         d = g.edges[u, w, k]
-        eid = f"{node_name[u]} -> {node_name[w]}#{d['operand']}"
-        out.append((eid, (id(d["value"]), id(d["consumer"]), d["operand"])))
+        key = (id(d["value"]), id(d["consumer"]), d["operand"])
+        out.append((edge_id(node_name, u, w, d["operand"]), key))
     return out
 
 

@@ -99,7 +99,7 @@ from planner.errors import Diagnostic, PlannerError
 from planner.ir import core
 from planner.ir.core import Kernel, LoopOp, ParallelOp
 from planner.ir.expr import Expr, product
-from planner.ir.graph import dataflow_graph, live_edges
+from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names
 from planner.ir.printer import Printer, PrintOptions
 from planner.ir.types import TileType
 from planner.solve.plan import Decision, LayoutChoice, Policy
@@ -799,23 +799,8 @@ def owner_of(ctx: _Ctx, region: tuple[str, ...]) -> str:
 
 
 def _name_nodes(ctx: _Ctx) -> None:
-    seen: dict[str, int] = {}
-    for n, d in sorted(ctx.g.nodes(data=True), key=lambda x: x[1]["order"]):
-        value = d.get("value")
-        if value is not None and value in ctx.names:
-            name = "%" + ctx.names[value]
-        else:
-            op = d["op"]
-            target = getattr(op, "view", None) or getattr(op, "memory", None)
-            what = ctx.names.get(target, "?") if target is not None else str(d["order"])
-            name = f"{d['kind']}(%{what})"
-        if name in seen:
-            seen[name] += 1
-            name = f"{name}#{seen[name]}"
-        else:
-            seen[name] = 0
-        ctx.node_name[n] = name
-        ctx.node_by_name[name] = n
+    ctx.node_name.update(node_names(ctx.g, ctx.names))
+    ctx.node_by_name.update({name: n for n, name in ctx.node_name.items()})
 
 
 def _resolve_allocs(ctx: _Ctx) -> None:
@@ -1074,7 +1059,7 @@ def _edge(ctx: _Ctx, index: int, key: tuple[str, str, int], value: int) -> Edge:
             cycles += _latency_cycles(ctx, pd, scope)
         recompute = terms(**{RECOMPUTE: ctx.fig.ns(cycles, cexec)})
     pname, cname = ctx.node_name[u], ctx.node_name[v]
-    return Edge(index, f"{pname} -> {cname}#{data['operand']}", value, pname, cname,
+    return Edge(index, edge_id(ctx.node_name, u, v, data["operand"]), value, pname, cname,
                 cd["kind"], int(data["operand"]), int(data["bytes_value"] or 0),
                 _span(ctx, u, v, bool(data["loop_carried"])), int(data["stage_distance"]),
                 bool(data["loop_carried"]), tuple(illegal), fused, recompute, (), (),
