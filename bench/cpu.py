@@ -45,7 +45,7 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 from planner.catalog import CatalogRegistry  # noqa: E402
 from planner.lower import compile_kernel  # noqa: E402
-from planner.lower.llvm_jit import host_target  # noqa: E402
+from planner.lower.cpu.jit import host_target  # noqa: E402
 from planner.solve import Baseline, plan_kernel  # noqa: E402
 
 TARGET = CatalogRegistry().get("x86-avx2")

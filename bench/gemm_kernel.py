@@ -37,8 +37,8 @@ except ImportError:  # pragma: no cover - reported to the user
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.lower.llvm_gemm import GemmConfig, SgemmKernel
-from planner.lower.llvm_jit import JitCache, host_target
+from planner.lower.cpu.gemm import GemmConfig, SgemmKernel
+from planner.lower.cpu.jit import JitCache, host_target
 
 
 def _time(fn: object, reps: int) -> list[float]:

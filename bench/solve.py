@@ -48,8 +48,8 @@ from planner.ir.frontend import (  # noqa: E402
     shape,
     tile_kernel,
 )
+from planner.plan.plan_io import table  # noqa: E402
 from planner.solve import Baseline, Status, plan_kernel  # noqa: E402
-from planner.solve.plan_io import table  # noqa: E402
 
 
 def _synthetic_dag(edges: int, seed: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog import DEFAULT_TARGET
 from planner.errors import Diagnostic, PlannerError
-from planner.solve.plan import Baseline, Policy
+from planner.plan.decisions import Baseline, Policy
 
 TargetName = Annotated[str, Field(
     min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$",

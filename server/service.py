@@ -32,8 +32,9 @@ from planner.ir.core import Kernel
 from planner.ir.json_form import kernel_from_json
 from planner.ir.parser import parse_kernel
 from planner.ir.verify import verify
-from planner.lower.cpu_codegen import emit_program
-from planner.lower.loop_program import build_loop_program
+from planner.lower.cpu.codegen import emit_program
+from planner.lower.loops.program import build_loop_program
+from planner.prove.proofs import prove_kernel
 from planner.solve import (
     Baseline,
     MaterializationPlan,
@@ -44,7 +45,6 @@ from planner.solve import (
     plan_kernel,
     plan_to_json,
 )
-from planner.solve.proofs import prove_kernel
 from server.cache import PlanCache, PlanKey
 from server.metrics import Metrics
 from server.settings import Settings
@@ -73,16 +73,25 @@ class ApiError(Exception):
 # -- the work done in the pool ---------------------------------------------------------
 
 
-def decode_kernel(source: KernelSource, max_ops: int) -> Kernel:
-    """A kernel from its JSON IR object or text IR; never executes anything.
+def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int]) -> Kernel:
+    """A verified kernel from its JSON IR object or text IR; never executes anything.
+
+    Every endpoint that takes a kernel reads it here, and here it is verified under
+    ``bindings`` with the call the CLI's load path makes
+    (``planner.cli.common.kernel_and_bindings``): :func:`planner.ir.verify.verify`.
+    A rejected kernel is a 422 with the verifier's rule and location before anything
+    plans, proves or lowers it.
 
     The readers bound ops and region depth; nesting they do not bound (parentheses in
     an expression) ends in a RecursionError, reported here as ``too-large``.
     """
     try:
         if isinstance(source, str):
-            return parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
-        return kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
+            kernel = parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
+        else:
+            kernel = kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
+        verify(kernel, bindings)
+        return kernel
     except RecursionError:
         raise PlannerError(Diagnostic("the kernel is nested too deeply to read",
                                       SourceLoc(REQUEST_FILE, 0)), kind="too-large") from None
@@ -131,8 +140,7 @@ class PlanJob:
     solver_workers: int
 
     def run(self) -> Planned:
-        kernel = decode_kernel(self.kernel, self.max_ops)
-        verify(kernel, self.bindings)  # the planner assumes a verified kernel
+        kernel = decode_kernel(self.kernel, self.max_ops, self.bindings)  # verified
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
                            time_limit_s=self.time_limit_s, workers=self.solver_workers)
@@ -148,8 +156,7 @@ class PlanJob:
 def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
               max_ops: int, time_limit_s: float) -> dict[str, Any]:
     """Verifier, then the target's proofs; a verifier error raises (422)."""
-    kernel = decode_kernel(source, max_ops)
-    verify(kernel, bindings)
+    kernel = decode_kernel(source, max_ops, bindings)
     report = prove_kernel(kernel, target, bindings or None,
                           time_limit_ms=max(1, int(time_limit_s * 1000)))
     return {"kernel": kernel.name, "target": target.name, "ok": report.ok,
@@ -158,10 +165,10 @@ def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
 
 
 def lower_job(source: KernelSource, plan: MaterializationPlan, target: Target, emit: str,
-              max_ops: int) -> str:
+              max_ops: int, bindings: Mapping[str, int]) -> str:
     """The code ``emit`` produces for ``plan`` (see :data:`EMITTERS`)."""
     emitter = check_emitter(emit, target)
-    return emitter.emit(decode_kernel(source, max_ops), plan, target)
+    return emitter.emit(decode_kernel(source, max_ops, bindings), plan, target)
 
 
 def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, Any]:

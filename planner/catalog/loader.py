@@ -8,7 +8,8 @@ Verification order (each step sees only what the previous ones accepted):
    (unknown keys with a suggestion, missing keys, byte sizes, enums).
 3. Names and references: duplicates, parents, cycles and the single root of the scope
    tree, resource classes, instance scopes, sync scopes, and each ``access`` entry's
-   scope, resource and operations (which the resource must support).
+   scope, resource and operations (which the resource must support); an llvm-cpu
+   target's ``cpu`` section (present, a real CPU name, no feature twice).
 4. Only if no diagnostic was recorded: build the frozen model.
 
 All diagnostics are sorted by position and raised together as
@@ -25,8 +26,10 @@ import yaml
 from planner.catalog.model import (
     BUILTIN_CLASSES,
     AccessRule,
+    Backend,
     BankGeometry,
     CostModel,
+    CpuIsa,
     Resource,
     ResourceClassDecl,
     Scope,
@@ -138,6 +141,7 @@ class _Checker:
         for res in self.resources.values():
             self._check_resource(res)
         self._check_access()
+        self._check_cpu()
 
     def _unique(self, objects: list[Parsed], what: str) -> dict[str, Parsed]:
         seen: dict[str, Parsed] = {}
@@ -213,6 +217,29 @@ class _Checker:
         for rule in _objects(res["sync"]):
             self._ref(rule, "scope", self.scopes, "scope")
 
+    def _check_cpu(self) -> None:
+        """``cpu:`` is what llvm-cpu code is compiled for, so such a target must say it."""
+        cpu = self.top["cpu"]
+        if self.top["backend"] is Backend.LLVM_CPU and cpu is None:
+            self.ctx.error(self.top.at("backend"), "backend",
+                           "backend llvm-cpu needs a 'cpu' section (vector_width, llvm_cpu, "
+                           "llvm_features): code is compiled for the target, not the host")
+        if not isinstance(cpu, Parsed):
+            return
+        if cpu["llvm_cpu"] in ("host", "native"):
+            self.ctx.error(cpu.at("llvm_cpu"), cpu.path_of("llvm_cpu"),
+                           f"{cpu['llvm_cpu']!r} names the machine the code happens to be "
+                           "compiled on; name the CPU the target describes (e.g. x86-64-v3)")
+        features = cpu["llvm_features"]
+        if isinstance(features, ParsedList):
+            seen: set[object] = set()
+            for i, (feature, loc) in enumerate(zip(features.items, features.locs,
+                                                   strict=True)):
+                if feature is not INVALID and feature in seen:
+                    self.ctx.error(loc, f"{features.path}[{i}]",
+                                   f"feature {feature!r} listed twice")
+                seen.add(feature)
+
     def _no_repeats(self, ops: object) -> None:
         if not isinstance(ops, ParsedList):
             return
@@ -269,6 +296,7 @@ def _build(top: Parsed, filename: str, content_hash: str) -> Target:
         costs=_costs(top["costs"]),
         classes=tuple(ResourceClassDecl(c["name"], c["description"], c.loc)
                       for c in _objects(top["classes"])),
+        cpu=_cpu(top["cpu"]),
         content_hash=content_hash,
         source=filename,
         loc=top.loc,
@@ -298,6 +326,12 @@ def _resource(r: Parsed) -> Resource:
         description=r["description"],
         loc=r.loc,
     )
+
+
+def _cpu(c: object) -> CpuIsa | None:
+    if not isinstance(c, Parsed):
+        return None
+    return CpuIsa(c["vector_width"], c["llvm_cpu"], tuple(c["llvm_features"].items), c.loc)
 
 
 def _costs(c: Parsed) -> CostModel:

@@ -73,15 +73,19 @@ AUTO = "auto_"
 _AUTO_RANK = {"shared": 0, "private": 1, "cluster": 2, "global": 4}  # custom classes: 3
 
 
-def normalize_class(name: str | Enum) -> str:
+def normalize_class(name: str | Enum | object) -> str:
     """The catalog spelling of a constraint: ``private_`` → ``private``, ``auto`` → ``auto_``.
 
-    An enum member (such as the IR's ``ResourceClass.SHARED``) stands for its value.
+    An enum member (such as the IR's ``ResourceClass.SHARED``) or any other object with a
+    string ``value`` (the IR's ``ResourceConstraint``) stands for its value.  Only built-in
+    spellings lose a trailing ``_``: a catalog's own class keeps its name.
     """
-    name = str(name.value) if isinstance(name, Enum) else name
+    if not isinstance(name, str):
+        name = str(name.value)  # type: ignore[attr-defined]
     if name in (AUTO, "auto"):
         return AUTO
-    return name.removesuffix("_")
+    bare = name.removesuffix("_")
+    return bare if bare in BUILTIN_CLASSES else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,21 @@ class CostModel:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuIsa:
+    """What the llvm-cpu backend compiles for: the plan's figures, never the host's.
+
+    ``vector_width`` fp32 lanes per vector, ``llvm_cpu`` the LLVM CPU name and
+    ``llvm_features`` every LLVM feature the code may use (a host lacking one refuses to
+    run it).
+    """
+
+    vector_width: int
+    llvm_cpu: str
+    llvm_features: tuple[str, ...]
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceClassDecl:
     """A resource class a catalog defines beyond :data:`BUILTIN_CLASSES`."""
 
@@ -183,6 +202,7 @@ class Target:
     access: tuple[AccessRule, ...]
     costs: CostModel
     classes: tuple[ResourceClassDecl, ...] = ()
+    cpu: CpuIsa | None = None  # what llvm-cpu code is compiled for (its ``cpu:`` section)
     content_hash: str = ""  # sha256 of the file text
     source: str = field(default="<unknown>", compare=False)
     loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)

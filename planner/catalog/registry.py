@@ -10,6 +10,12 @@ Nothing here reads the environment on import; callers pass the directories in
 (:func:`env_catalog_dirs` turns the environment variable into a list when asked).
 Loaded targets are cached per path and reused while the file's mtime and size are
 unchanged, or, when they changed, while its content hash is.
+
+The name ``host`` (:data:`HOST_TARGET`) is not a file: :func:`host_target_name` resolves
+it to the first of :data:`HOST_CANDIDATES` whose ``cpu.llvm_features`` the machine this
+process runs on has (``x86-avx512`` with AVX-512 F/BW/CD/DQ/VL, else ``x86-avx2``), as
+LLVM detects the host CPU.  :meth:`CatalogRegistry.path` and :meth:`CatalogRegistry.get`
+resolve it, so every command that looks a target up by name accepts ``host``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import difflib
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +41,35 @@ DEFAULT_TARGET = "x86-avx2"
 CATALOG_PATH_ENV = "PLANNER_CATALOG_PATH"
 #: The catalogs shipped with planner, at the repository root.
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "catalogs"
+#: The target name that stands for the catalog matching this machine.
+HOST_TARGET = "host"
+#: The catalogs ``host`` may stand for, most capable first.
+HOST_CANDIDATES: tuple[str, ...] = ("x86-avx512", "x86-avx2")
+
+_host_lock = threading.Lock()
+_host_state: dict[str, tuple[str, frozenset[str]]] = {}
+
+
+def host_cpu() -> tuple[str, frozenset[str]]:
+    """LLVM's name of this machine's CPU and the features it has (detected once)."""
+    found = _host_state.get("cpu")
+    if found is None:
+        import llvmlite.binding as llvm
+
+        with _host_lock:
+            features = llvm.get_host_cpu_features()
+            found = (llvm.get_host_cpu_name(),
+                     frozenset(name for name, on in features.items() if on))
+            _host_state["cpu"] = found
+    return found
+
+
+def missing_host_features(target: Target) -> tuple[str, ...]:
+    """The ``cpu.llvm_features`` of ``target`` this machine lacks (none without ``cpu``)."""
+    if target.cpu is None:
+        return ()
+    have = host_cpu()[1]
+    return tuple(f for f in target.cpu.llvm_features if f not in have)
 
 
 def env_catalog_dirs(environ: Mapping[str, str]) -> list[Path]:
@@ -90,8 +126,13 @@ class CatalogRegistry:
     def names(self) -> list[str]:
         return [entry.name for entry in self.list()]
 
+    def resolve_name(self, name: str) -> str:
+        """``name``, or for ``host`` the name of the catalog that matches this machine."""
+        return host_target_name(self) if name == HOST_TARGET else name
+
     def path(self, name: str) -> Path:
-        """The file that defines target ``name``."""
+        """The file that defines target ``name`` (``host``: see :func:`host_target_name`)."""
+        name = self.resolve_name(name)
         valid = re.fullmatch(TARGET_NAME.pattern or "", name) is not None
         for directory in self.dirs if valid else ():
             candidate = directory / f"{name}.yaml"
@@ -104,7 +145,9 @@ class CatalogRegistry:
                                       f"{', '.join(known)}"), kind="unknown-target")
 
     def get(self, name: str) -> Target:
-        """The validated target ``name`` (cached while its file is unchanged)."""
+        """The validated target ``name`` (cached while its file is unchanged; ``host``: the
+        catalog matching this machine)."""
+        name = self.resolve_name(name)
         path = self.path(name)
         stat = path.stat()
         cached = self._cache.get(path)
@@ -118,3 +161,26 @@ class CatalogRegistry:
             target = load_target_source(text, str(path), expected_name=name)
         self._cache[path] = _Cached(stat.st_mtime_ns, stat.st_size, digest, target)
         return target
+
+
+def host_target_name(registry: CatalogRegistry) -> str:
+    """The first of :data:`HOST_CANDIDATES` (as ``registry`` finds them) whose
+    ``cpu.llvm_features`` this machine has all of; a PlannerError when none fits."""
+    tried: list[str] = []
+    for name in HOST_CANDIDATES:
+        try:
+            target = registry.get(name)
+        except PlannerError as exc:
+            if exc.kind != "unknown-target":
+                raise
+            continue
+        if target.cpu is None:
+            tried.append(f"{name} (no cpu section)")
+            continue
+        missing = missing_host_features(target)
+        if not missing:
+            return name
+        tried.append(f"{name} (lacks {', '.join(missing)})")
+    why = "; ".join(tried) if tried else f"none of {', '.join(HOST_CANDIDATES)} is a known target"
+    raise PlannerError(Diagnostic(f"no target catalog matches this machine (host CPU "
+                                  f"{host_cpu()[0]!r}): {why}"), kind="unknown-target")

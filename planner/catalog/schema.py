@@ -15,10 +15,15 @@ SCHEMA_ID = "https://planner.invalid/schemas/catalog.json"
 
 def catalog_json_schema() -> dict[str, object]:
     """A JSON Schema (draft 2020-12) that every valid catalog file satisfies."""
+    defs = {spec.name: object_schema(spec) for spec in OBJECT_SPECS}
+    # What the llvm-cpu backend compiles for is the target's to say, never the host's.
+    defs[TARGET.name]["if"] = {"properties": {"backend": {"const": "llvm-cpu"}},
+                               "required": ["backend"]}
+    defs[TARGET.name]["then"] = {"required": ["cpu"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "planner target catalog",
         "$ref": f"#/$defs/{TARGET.name}",
-        "$defs": {spec.name: object_schema(spec) for spec in OBJECT_SPECS},
+        "$defs": defs,
     }

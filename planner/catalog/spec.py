@@ -186,6 +186,30 @@ class Number(ValueType):
         return {"type": "integer" if self.integer else "number", bound: self.minimum}
 
 
+@dataclass(frozen=True, slots=True)
+class IntChoice(ValueType):
+    """One of a few integers (``what`` names it in messages)."""
+
+    values: tuple[int, ...]
+    what: str
+
+    @property
+    def expected(self) -> str:
+        return f"a {self.what} ({', '.join(map(str, self.values))})"
+
+    def read(self, node: yaml.Node, ctx: Context, path: str) -> object:
+        value = ctx.scalar(node, path, self.expected)
+        if value is INVALID:
+            return INVALID
+        if isinstance(value, bool) or value not in self.values:
+            ctx.error(node, path, f"expected {self.expected}, got {describe(node)}")
+            return INVALID
+        return value
+
+    def json_schema(self) -> dict[str, object]:
+        return {"enum": list(self.values)}
+
+
 POSITIVE_INT = Number(1, integer=True)
 NON_NEGATIVE = Number(0)
 POSITIVE = Number(0, exclusive=True)
@@ -454,6 +478,21 @@ COSTS = ObjectSpec("Costs", "cost figures per instance of the default parallel s
     Key("barrier", NON_NEGATIVE, "cycles per barrier"),
 ))
 
+#: LLVM feature and CPU names: ``avx2``, ``sse4.1``, ``x86-64-v3`` (no ``+``/``-``).
+LLVM_NAME = Text(r"^[a-z0-9][a-z0-9_.-]*$", "LLVM name",
+                 "lower-case letters, digits, '-', '_' and '.', without a leading '+' or '-'")
+
+CPU = ObjectSpec("Cpu", "what the llvm-cpu backend compiles a plan for", (
+    Key("vector_width", IntChoice((4, 8, 16), "vector width in fp32 lanes"),
+        "fp32 lanes of one vector register the generated code uses (8: 256-bit ymm, "
+        "16: 512-bit zmm)"),
+    Key("llvm_cpu", LLVM_NAME,
+        "the LLVM CPU name code is generated for, e.g. x86-64-v3; never the host's"),
+    Key("llvm_features", ListOf(LLVM_NAME),
+        "every LLVM feature the code may use beyond the base architecture (e.g. avx2, "
+        "fma); a host that lacks one of them refuses to run the code"),
+))
+
 TARGET = ObjectSpec("Target", "a planner target catalog", (
     Key("name", TARGET_NAME, "the target name (the file is <name>.yaml)"),
     Key("description", FREE_TEXT, "what the target is", required=False, default=""),
@@ -466,7 +505,9 @@ TARGET = ObjectSpec("Target", "a planner target catalog", (
     Key("resources", ListOf(Object(RESOURCE), min_items=1), "physical resources"),
     Key("access", ListOf(Object(ACCESS)), "the can_access relation, entry by entry"),
     Key("costs", Object(COSTS), "cost figures"),
+    Key("cpu", Object(CPU), "vector width and LLVM CPU/features; required with backend "
+        "llvm-cpu", required=False),
 ))
 
 OBJECT_SPECS: tuple[ObjectSpec, ...] = (TARGET, CLASS, SCOPE, RESOURCE, BANKS, SYNC, ACCESS,
-                                        COSTS)
+                                        COSTS, CPU)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.ir.load import LoadedKernel, load_kernel, parse_bindings
+from planner.ir.verify import verify
 
 
 def add_kernel_arg(p: argparse.ArgumentParser) -> None:
@@ -24,9 +25,24 @@ def add_catalog_dir_arg(p: argparse.ArgumentParser) -> None:
                    help="extra directory of target catalogs (repeatable)")
 
 
-def kernel_and_bindings(args: argparse.Namespace) -> tuple[LoadedKernel, dict[str, int]]:
+def kernel_and_bindings(args: argparse.Namespace, *, verified: bool = True
+                        ) -> tuple[LoadedKernel, dict[str, int]]:
+    """The command's KERNEL, verified, and its bindings (the example's, then ``--bind``).
+
+    Every command that takes a KERNEL loads it here, and here the verifier runs on it
+    (:func:`planner.ir.verify.verify`, the call the HTTP service makes in
+    ``server.service.decode_kernel``) before anything plans, proves, lowers, runs or
+    interprets it: a rejected kernel ends the command with the verifier's located,
+    rule-numbered diagnostics (exit 1).  Only ``show``, which just prints the kernel,
+    passes ``verified=False``.  With ``--symbolic`` (``check``) the bindings are
+    dropped and the kernel is verified for all symbol values.
+    """
     loaded = load_kernel(args.kernel)
     bindings = {**loaded.bindings, **parse_bindings(getattr(args, "bind", None))}
+    if getattr(args, "symbolic", False):
+        bindings = {}
+    if verified:
+        verify(loaded.kernel, bindings)
     return loaded, bindings
 
 

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    loaded = kernel_and_bindings(args)[0]
+    loaded = kernel_and_bindings(args, verified=False)[0]  # only prints: an invalid kernel too
     if args.json:
         from planner.ir.json_form import kernel_to_json
 
@@ -58,17 +58,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from planner.ir.verify import verify
-
-    loaded, bindings = kernel_and_bindings(args)
-    if args.symbolic:
-        bindings = {}
-    verify(loaded.kernel, bindings)
+    loaded, bindings = kernel_and_bindings(args)  # verified (for all values with --symbolic)
     print(f"{loaded.kernel.name}: verifier ok")
     if not args.target:
         return 0
     from planner.catalog import CatalogRegistry
-    from planner.solve.proofs import prove_kernel
+    from planner.prove.proofs import prove_kernel
 
     target = CatalogRegistry.from_environment(args.catalog_dir).get(args.target)
     report = prove_kernel(loaded.kernel, target, bindings or None,

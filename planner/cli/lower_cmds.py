@@ -2,7 +2,7 @@
 
 Targets whose catalog backend is ``llvm-cpu`` compile through llvmlite for the host;
 ``metal`` targets print Metal Shading Language and run it in the Linux emulator
-(``planner.lower.metal_emulator``); planning-only targets (no backend) are refused.
+(``planner.lower.metal.emulator``); planning-only targets (no backend) are refused.
 
 ``run`` compiles the kernel under a plan (``--plan FILE`` saved by ``planner plan
 --json``, or planned here with ``--policy``/``--baseline``), runs it on random inputs

@@ -11,8 +11,8 @@ target's catalog says ``backend: metal``:
   example's independent numpy reference when there is one), and return the report;
   a mismatch raises :class:`PlannerError` (kind ``mismatch``) carrying the report.
 
-Both are thin layers over :func:`planner.lower.msl_emitter.emit_msl` and
-:func:`planner.lower.metal_runtime.run_msl_kernel`.
+Both are thin layers over :func:`planner.lower.metal.emitter.emit_msl` and
+:func:`planner.lower.metal.runtime.run_msl_kernel`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from planner.errors import Diagnostic, PlannerError
 from planner.ir.core import Kernel
 from planner.ir.interpreter import interpret, random_inputs
 from planner.ir.load import LoadedKernel
-from planner.lower.metal_emulator import Order
-from planner.lower.metal_runtime import run_msl_kernel
-from planner.lower.msl_emitter import emit_msl
-from planner.solve.plan import MaterializationPlan
+from planner.lower.metal.emitter import emit_msl
+from planner.lower.metal.emulator import Order
+from planner.lower.metal.runtime import run_msl_kernel
+from planner.plan.decisions import MaterializationPlan
 
 __all__ = ["DEFAULT_ORDERS", "lower_msl_command", "run_msl_check"]
 
@@ -50,7 +50,7 @@ def run_msl_check(loaded_kernel: LoadedKernel | Kernel, plan: MaterializationPla
 
     Raises :class:`PlannerError` (kind ``mismatch``) with the report when an output
     disagrees with the reference beyond ``rtol``/``atol`` in any order, and the
-    emulator's :class:`~planner.lower.metal_emulator.KernelFault` when a run faults or
+    emulator's :class:`~planner.lower.metal.emulator.KernelFault` when a run faults or
     diverges at a barrier.
     """
     loaded = loaded_kernel if isinstance(loaded_kernel, LoadedKernel) else None

@@ -75,7 +75,7 @@ def _survey_one(ex, target, args: argparse.Namespace) -> tuple[str, bool]:
 
 def _run_metal(ex, plan, target, row: str) -> tuple[str, bool]:
     from planner.cli.metal_cmds import run_msl_check
-    from planner.lower.metal_emulator import clang_available
+    from planner.lower.metal.emulator import clang_available
 
     if not clang_available():
         return f"{row}  skipped: clang-19 is not installed (scripts/install_clang.sh)", True

@@ -13,6 +13,7 @@ from planner.ir.core import (
     Op,
     ReduceFn,
     ResourceClass,
+    ResourceConstraint,
     UnaryFn,
     Value,
 )
@@ -25,7 +26,8 @@ from planner.ir.verify import collect_diagnostics, remove_unused_empty_allocs, v
 
 __all__ = [
     "OP_CLASSES", "Axis", "BinaryFn", "Block", "DType", "Expr", "Kernel", "Layout", "LoopKind",
-    "MemoryType", "Op", "ReduceFn", "ResourceClass", "StateType", "TileType", "UnaryFn", "Value",
-    "ViewType", "XorSwizzle", "ceil_div", "collect_diagnostics", "const", "dataflow_graph",
-    "dense", "parse_expr", "remove_unused_empty_allocs", "strided", "sym", "verify",
+    "MemoryType", "Op", "ReduceFn", "ResourceClass", "ResourceConstraint", "StateType",
+    "TileType", "UnaryFn", "Value", "ViewType", "XorSwizzle", "ceil_div", "collect_diagnostics",
+    "const", "dataflow_graph", "dense", "parse_expr", "remove_unused_empty_allocs", "strided",
+    "sym", "verify",
 ]

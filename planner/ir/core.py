@@ -15,6 +15,7 @@ the values after the last iteration (the inits when it runs zero times).
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -69,6 +70,64 @@ class ResourceClass(Enum):
     GLOBAL = "global"
     TENSOR = "tensor"
     AUTO = "auto"
+
+
+#: The spelling of a resource class a catalog defines (the catalog's ``name`` pattern).
+CLASS_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+_CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
+#: Built-in spellings, the seed's ``private_``/``global_``/``auto_`` included.
+_BUILTIN_SPELLINGS: dict[str, ResourceClass] = {
+    **{c.value: c for c in ResourceClass}, **{c.value + "_": c for c in ResourceClass}}
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceConstraint:
+    """The resource constraint of ``memory.alloc`` (S5, S6): a built-in class or a name.
+
+    ``cls`` is a :class:`ResourceClass` member, or the name of a class that only a target
+    catalog defines (``psum``); the IR never needs extending for one.  A string that
+    spells a built-in class (``"shared"``, ``"private_"``, ``"auto"``) becomes that member,
+    so equal constraints compare equal.  Whether a target defines a custom class is
+    checked against its catalog by the proofs, not here.  ``value`` is the IR spelling.
+    """
+
+    cls: ResourceClass | str
+
+    def __post_init__(self) -> None:
+        cls = self.cls
+        if isinstance(cls, ResourceClass):
+            return
+        if not isinstance(cls, str):
+            raise TypeError(f"a resource class is a ResourceClass or a name, not {cls!r}")
+        builtin = _BUILTIN_SPELLINGS.get(cls)
+        if builtin is not None:
+            object.__setattr__(self, "cls", builtin)
+        elif _CLASS_NAME.fullmatch(cls) is None:
+            raise ValueError(f"invalid resource class name {cls!r}: a class name is a letter "
+                             "or '_' followed by letters, digits or '_'")
+
+    @classmethod
+    def of(cls, x: ResourceConstraint | ResourceClass | str) -> ResourceConstraint:
+        """``x`` as a constraint (a constraint is returned as is)."""
+        return x if isinstance(x, ResourceConstraint) else cls(x)
+
+    @property
+    def builtin(self) -> ResourceClass | None:
+        """The built-in class, or None for a catalog-defined one."""
+        return self.cls if isinstance(self.cls, ResourceClass) else None
+
+    @property
+    def is_custom(self) -> bool:
+        """Whether this names a class only a catalog defines."""
+        return not isinstance(self.cls, ResourceClass)
+
+    @property
+    def value(self) -> str:
+        """The IR spelling: ``shared``, ``auto``, ``psum``."""
+        return self.cls.value if isinstance(self.cls, ResourceClass) else self.cls
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class UnaryFn(Enum):
@@ -374,8 +433,12 @@ class AllocOp(Op):
                   attrs=("dtype", "layout", "resource", "owner"), pure=False)
     dtype: DType
     layout: Layout  # typed and replaceable (S12)
-    resource: ResourceClass
+    resource: ResourceConstraint  # a ResourceClass or a class name is accepted and wrapped
     owner: str  # label of the nearest spatial parallel, or "kernel" (S5, S7)
+
+    def __post_init__(self) -> None:
+        self.resource = ResourceConstraint.of(self.resource)
+        super().__post_init__()
 
     def result_types(self) -> list[IRType]:
         return [MemoryType(self.dtype, self.layout.shape),

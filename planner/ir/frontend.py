@@ -41,6 +41,7 @@ from planner.ir.core import (
     Op,
     ReduceFn,
     ResourceClass,
+    ResourceConstraint,
     UnaryFn,
     Value,
 )
@@ -178,14 +179,30 @@ def swizzle(bits: int, base: int, shift: int) -> XorSwizzle:
 
 
 class mem:
-    """Resource-class constraints (S5)."""
+    """Resource-class constraints (S5); ``mem.custom("psum")`` names a catalog's own (S6)."""
 
-    private_ = ResourceClass.PRIVATE
-    shared = ResourceClass.SHARED
-    cluster = ResourceClass.CLUSTER
-    global_ = ResourceClass.GLOBAL
-    tensor = ResourceClass.TENSOR
-    auto_ = ResourceClass.AUTO
+    private_ = ResourceConstraint(ResourceClass.PRIVATE)
+    shared = ResourceConstraint(ResourceClass.SHARED)
+    cluster = ResourceConstraint(ResourceClass.CLUSTER)
+    global_ = ResourceConstraint(ResourceClass.GLOBAL)
+    tensor = ResourceConstraint(ResourceClass.TENSOR)
+    auto_ = ResourceConstraint(ResourceClass.AUTO)
+
+    @staticmethod
+    def custom(name: str) -> ResourceConstraint:
+        """A class only a target catalog defines (its ``classes:``), e.g. ``psum``.
+
+        Whether the target defines it is checked with the target (``planner check
+        --target``); a built-in spelling gives the built-in class.
+        """
+        return _constraint(name)
+
+
+def _constraint(x: object) -> ResourceConstraint:
+    try:
+        return ResourceConstraint.of(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise error(str(exc), _user_loc(), rule="S6") from None
 
 
 class exec_:
@@ -509,12 +526,14 @@ class Memory:
         raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
 
 
-def _memory(spec: Layout | Shape, resource: ResourceClass = ResourceClass.AUTO,
+def _memory(spec: Layout | Shape,
+            resource: ResourceConstraint | ResourceClass | str = mem.auto_,
             dtype: DType = DType.F32) -> Memory:
     lay = spec if isinstance(spec, Layout) else dense(_extents(spec))
+    constraint = _constraint(resource)
     t = _tracer()
     owner = t.parallel_labels[-1] if t.parallel_labels else "kernel"
-    m = Memory(t.emit(core.AllocOp(dtype, lay, resource, owner)))  # type: ignore[arg-type]
+    m = Memory(t.emit(core.AllocOp(dtype, lay, constraint, owner)))
     t.memories.append(m)
     return m
 

@@ -21,7 +21,8 @@ A kernel is a plain JSON object; nothing in it is ever executed::
   (:func:`planner.ir.printer.attr_fields`): expressions are strings in the text
   syntax (or JSON integers); floats are numbers or ``"inf"``, ``"-inf"``, ``"nan"``;
   a ``float | Expr`` field is ``{"float": x}`` or ``{"expr": "M"}``; enums and dtypes
-  are their spelling; layouts and axes are objects.
+  are their spelling; a resource constraint is its class name (``"shared"``, ``"auto"``,
+  or one only a catalog defines: ``"psum"``); layouts and axes are objects.
 * Every malformed document raises ``PlannerError(kind="invalid-ir")`` whose message
   starts with a JSON path such as ``$.body.ops[3].attrs.offsets[1]``; documents over
   ``max_ops`` ops or ``max_depth`` nested regions raise ``kind="too-large"``.
@@ -36,7 +37,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
-from planner.ir.core import OP_CLASSES, OPS_BY_NAME, Axis, Block, Kernel, Op, Value
+from planner.ir.core import (
+    CLASS_NAME_PATTERN,
+    OP_CLASSES,
+    OPS_BY_NAME,
+    Axis,
+    Block,
+    Kernel,
+    Op,
+    ResourceClass,
+    ResourceConstraint,
+    Value,
+)
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, ExprSyntaxError, const, parse_expr
 from planner.ir.layout import Layout, XorSwizzle
@@ -116,7 +128,7 @@ def attr_to_json(value: object, f: AttrField) -> Json:
                 "planned": value.planned}
     if kind is AttrKind.AXES:
         return [{"name": a.name, "extent": _expr_json(a.extent)} for a in value]  # type: ignore[attr-defined]
-    assert kind in (AttrKind.DTYPE, AttrKind.ENUM)
+    assert kind in (AttrKind.DTYPE, AttrKind.ENUM, AttrKind.RESOURCE)
     return value.value  # type: ignore[attr-defined]
 
 
@@ -328,6 +340,11 @@ class _Reader:
             return self.layout(x, path)
         if kind is AttrKind.AXES:
             return self.items(x, path, self.axis)
+        if kind is AttrKind.RESOURCE:
+            try:
+                return ResourceConstraint(self.str_(x, path))
+            except ValueError as e:
+                raise self.error(path, str(e)) from None
         assert kind is AttrKind.ENUM and f.enum is not None
         word = self.str_(x, path)
         for member in f.enum:
@@ -594,5 +611,11 @@ def _attr_schema(f: AttrField) -> Json:
         return {"type": "array", "items": {
             "type": "object", "required": ["name", "extent"], "additionalProperties": False,
             "properties": {"name": {"type": "string"}, "extent": {"$ref": "#/$defs/expr"}}}}
+    if kind is AttrKind.RESOURCE:
+        builtin = [c.value for c in ResourceClass]
+        return {"description": f"a built-in resource class ({', '.join(builtin)}) or a class "
+                               "a target catalog defines under 'classes' (S6)",
+                "anyOf": [{"enum": builtin},
+                          {"type": "string", "pattern": f"^{CLASS_NAME_PATTERN}$"}]}
     assert kind is AttrKind.ENUM and f.enum is not None
     return {"enum": [m.value for m in f.enum]}

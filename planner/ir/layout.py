@@ -12,7 +12,7 @@ Storage size (what capacity is charged, padding included) is the span of the
 strided map rounded up to the swizzles' block size.
 
 Concrete checks enumerate offsets with numpy; symbolic proofs live in
-``planner.solve.proofs``.
+``planner.prove.proofs``.
 """
 
 from __future__ import annotations

@@ -30,11 +30,18 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
-from planner.ir.core import OPS_BY_NAME, Axis, Block, Kernel, Op, Value
+from planner.ir.core import OPS_BY_NAME, Axis, Block, Kernel, Op, ResourceConstraint, Value
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, ExprSyntaxError, parse_expr
 from planner.ir.layout import Layout, XorSwizzle
-from planner.ir.printer import ENUM_TAGS, KERNEL_OP, AttrField, AttrKind, attr_fields
+from planner.ir.printer import (
+    ENUM_TAGS,
+    KERNEL_OP,
+    RESOURCE_TAG,
+    AttrField,
+    AttrKind,
+    attr_fields,
+)
 from planner.ir.types import IRType, MemoryType, StateType, TileType, ViewType
 
 T = TypeVar("T")
@@ -311,6 +318,8 @@ class _Parser:
             return self.layout()
         if kind is AttrKind.AXES:
             return tuple(self.seq("[", self.axis, "]"))
+        if kind is AttrKind.RESOURCE:
+            return self.resource()
         assert kind is AttrKind.ENUM and f.enum is not None
         return self.enum(f.enum)
 
@@ -351,6 +360,19 @@ class _Parser:
         extent = self.expr()
         self.expect(">")
         return Axis(name, extent)
+
+    def resource(self) -> ResourceConstraint:
+        """``#resource<shared>`` or a catalog-defined class ``#resource<psum>`` (S6)."""
+        self.expect(f"#{RESOURCE_TAG}<", f"'#{RESOURCE_TAG}<...>'")
+        self.skip()
+        start = self.pos
+        word = self.require(_IDENT, "a resource class").group()
+        try:
+            value = ResourceConstraint(word)
+        except ValueError as e:
+            raise self.error(str(e), start) from None
+        self.expect(">")
+        return value
 
     def enum(self, cls: type) -> object:
         tag = ENUM_TAGS[cls]

@@ -24,7 +24,9 @@ xDSL bridge is a printer tweak, not a new format::
   ``Layout``            ``#layout<[32, 16] stride [17, 1] xor(2, 0, 3) planned>``
   ``tuple[Axis, ...]``  ``[#axis<block_m = ceildiv(M, 32)>]``
   enums                 ``#unary<exp>``, ``#binary<add>``, ``#reduce<sum>``,
-                        ``#loop<pipeline>``, ``#resource<auto>``
+                        ``#loop<pipeline>``
+  ``ResourceConstraint``  ``#resource<auto>``, ``#resource<shared>``, or a class only
+                        a catalog defines: ``#resource<psum>`` (S6)
   ===================  ===================================================
 
 * The pipeline stage of an op is a discardable attribute ``{stage = "..."}``.
@@ -73,6 +75,7 @@ class AttrKind(Enum):
     LAYOUT = "layout"
     AXES = "axes"
     ENUM = "enum"
+    RESOURCE = "resource"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,11 @@ _KIND_OF_TYPE: dict[object, AttrKind] = {
     DType: AttrKind.DTYPE,
     Layout: AttrKind.LAYOUT,
     tuple[Axis, ...]: AttrKind.AXES,
+    core.ResourceConstraint: AttrKind.RESOURCE,
 }
+
+#: The tag of a resource constraint: ``#resource<shared>``, ``#resource<psum>`` (S5, S6).
+RESOURCE_TAG = "resource"
 
 #: The ``#tag<value>`` spelling of each enum used as an op property.
 ENUM_TAGS: dict[type[Enum], str] = {
@@ -104,7 +111,6 @@ ENUM_TAGS: dict[type[Enum], str] = {
     core.BinaryFn: "binary",
     core.ReduceFn: "reduce",
     core.LoopKind: "loop",
-    core.ResourceClass: "resource",
 }
 
 
@@ -187,6 +193,8 @@ def format_attr(value: object, f: AttrField) -> str:
         return format_layout(value)  # type: ignore[arg-type]
     if kind is AttrKind.AXES:
         return "[" + ", ".join(f"#axis<{a}>" for a in value) + "]"  # type: ignore[attr-defined]
+    if kind is AttrKind.RESOURCE:
+        return f"#{RESOURCE_TAG}<{value}>"
     assert kind is AttrKind.ENUM and f.enum is not None
     return f"#{ENUM_TAGS[f.enum]}<{value.value}>"  # type: ignore[attr-defined]
 

@@ -24,7 +24,7 @@ Verification order (each step assumes the previous ones passed for the op):
 
 All findings are collected, then raised together as one :class:`PlannerError`.
 Target-dependent checks (can_access, factorization, capacity, symbolic proofs) live
-in ``planner.solve.proofs``.
+in ``planner.prove.proofs``.
 """
 
 from __future__ import annotations
@@ -365,7 +365,8 @@ class _Verifier:
     def check_alloc(self, op: core.AllocOp, parallel_depth: int) -> None:
         name = self.mem_name(op.memory)
         lay = op.layout
-        if parallel_depth == 0 and op.resource not in (ResourceClass.GLOBAL, ResourceClass.AUTO):
+        if parallel_depth == 0 and op.resource.builtin not in (ResourceClass.GLOBAL,
+                                                               ResourceClass.AUTO):
             self.err(op, "S5", f"{name} is owned by the kernel root (declared outside every "
                      f"parallel region) but constrained to '{op.resource.value}': only global "
                      "storage is shared by all instances of the kernel; declare it inside the "

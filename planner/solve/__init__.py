@@ -8,18 +8,7 @@ and the plan's JSON form (:func:`plan_to_json`, :func:`plan_from_json`,
 the CP-SAT encoding in :mod:`planner.solve.model`.
 """
 
-from planner.solve.baselines import baseline_restrictions, greedy_assignment
-from planner.solve.compare import (
-    Comparison,
-    Delta,
-    EdgeRow,
-    PeakRow,
-    compare_plans,
-    comparison_to_json,
-    format_comparison,
-)
-from planner.solve.costs import Assignment, Evaluation, Problem, build_problem, evaluate
-from planner.solve.plan import (
+from planner.plan.decisions import (
     Baseline,
     Decision,
     EdgePlan,
@@ -31,13 +20,24 @@ from planner.solve.plan import (
     ResourcePeak,
     Status,
 )
-from planner.solve.plan_io import (
+from planner.plan.plan_io import (
     format_plan_table,
     plan_from_json,
     plan_json_schema,
     plan_to_dot,
     plan_to_json,
 )
+from planner.solve.baselines import baseline_restrictions, greedy_assignment
+from planner.solve.compare import (
+    Comparison,
+    Delta,
+    EdgeRow,
+    PeakRow,
+    compare_plans,
+    comparison_to_json,
+    format_comparison,
+)
+from planner.solve.costs import Assignment, Evaluation, Problem, build_problem, evaluate
 from planner.solve.planner import content_hash, plan_kernel
 
 __all__ = [

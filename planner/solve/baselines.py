@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from planner.plan.decisions import Baseline, Decision
 from planner.solve.costs import (
     FUSED,
     MATERIALIZED,
@@ -34,7 +35,6 @@ from planner.solve.costs import (
     is_fusible_kind,
     total,
 )
-from planner.solve.plan import Baseline, Decision
 
 Restrictions = Mapping[int, frozenset[Decision]]
 

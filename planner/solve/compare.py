@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import Diagnostic, PlannerError
-from planner.solve.plan import EdgePlan, MaterializationPlan, Status
-from planner.solve.plan_io import decision_text, fmt_ns, fmt_size, plan_to_json, table
+from planner.plan.decisions import EdgePlan, MaterializationPlan, Status
+from planner.plan.plan_io import decision_text, fmt_ns, fmt_size, plan_to_json, table
 
 
 @dataclass(frozen=True, slots=True)

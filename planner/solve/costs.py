@@ -94,7 +94,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from planner.catalog import Operation, Resource, Target, normalize_class
+from planner.catalog import Operation, Resource, Target
 from planner.errors import Diagnostic, PlannerError
 from planner.ir import core
 from planner.ir.core import Kernel, LoopOp, ParallelOp
@@ -102,7 +102,8 @@ from planner.ir.expr import Expr, product
 from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names
 from planner.ir.printer import Printer, PrintOptions
 from planner.ir.types import TileType
-from planner.solve.plan import Decision, LayoutChoice, Policy
+from planner.plan.decisions import Decision, LayoutChoice, Policy
+from planner.realize.binding import ROOT_OWNER, ExecutionBinding, bind_execution
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -301,7 +302,7 @@ class Edge:
     consumer_point: int = -1
     aligned: bool = True  # the consumer reads element i of the value for its element i
     held: tuple[int, int] = (0, 0)  # occupancy [start, end) when the consumer is computed
-    remote: tuple[tuple[int, int], ...] = ()  # (site, end): later evaluation points
+    remote: tuple[tuple[int, int, int], ...] = ()  # (site, end, guard): later evaluations
 
     def legal(self, choice: Decision) -> bool:
         return all(c is not choice for c, _ in self.illegal)
@@ -316,16 +317,27 @@ class Edge:
 
 @dataclass(frozen=True, slots=True)
 class MemoryOccupant:
-    """An explicit Memory allocation: a fixed occupant whose versions are decided."""
+    """An explicit Memory allocation: a fixed occupant whose home and versions are decided.
+
+    ``homes`` are the legal placements of the execution binding that every scope touching
+    the Memory may access (nearest first); ``home_bytes[h]`` is one version there (padding
+    and that resource's alignment included) and ``home_cost[h]`` the traffic of the
+    Memory's loads and stores there, relative to ``homes[0]`` (already in the constant).
+    """
 
     index: int
     name: str
-    resource: str
-    bytes: int  # one version, layout storage (padding) and alignment included
+    homes: tuple[str, ...]
+    home_bytes: tuple[int, ...]
     span: tuple[int, int]
     owner: str
     max_versions: int
     stall: tuple[int, ...]
+    home_cost: tuple[int, ...] = ()
+
+    def home_of(self, a: Assignment) -> int:
+        """The index of the home ``a`` chose (the first when it chose none)."""
+        return a.memory_homes[self.index] if a.memory_homes else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +383,7 @@ class Assignment:
     placement: tuple[int | None, ...]  # per value: index into its placements
     versions: tuple[int, ...]  # per value
     memory_versions: tuple[int, ...] = ()
+    memory_homes: tuple[int, ...] = ()  # per Memory: index into its homes
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,6 +674,7 @@ class _Ctx:
     env: dict[str, int]
     g: nx.MultiDiGraph
     names: dict[core.Value, str]
+    binding: ExecutionBinding
     parallels: dict[str, ParallelOp] = field(default_factory=dict)
     loops: dict[str, LoopOp] = field(default_factory=dict)
     owner_scope: dict[str, str] = field(default_factory=dict)
@@ -669,7 +683,8 @@ class _Ctx:
     node_name: dict[str, str] = field(default_factory=dict)
     node_by_name: dict[str, str] = field(default_factory=dict)
     static_infeasible: list[str] = field(default_factory=list)
-    chains: dict[str, float | None] = field(default_factory=dict)
+    chains: dict[str, Chain] = field(default_factory=dict)
+    stored_views: set[int] = field(default_factory=set)  # ids of views some op stores
     execs: dict[int, int] = field(default_factory=dict)
     access: dict[tuple[str, str, tuple[Operation, ...]], bool] = field(default_factory=dict)
 
@@ -692,8 +707,10 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     g = dataflow_graph(kernel, env)
     printer = Printer(PrintOptions(locations=False))
     printer.print_kernel(kernel)
-    ctx = _Ctx(kernel, target, Figures(target), env, g, dict(printer.namer.names))
+    ctx = _Ctx(kernel, target, Figures(target), env, g, dict(printer.namer.names),
+               bind_execution(kernel, target, env))
     _index_regions(ctx)
+    ctx.stored_views.update(id(op.view) for op in kernel.walk() if isinstance(op, core.StoreOp))
     _name_nodes(ctx)
     _resolve_allocs(ctx)
     points = _points(ctx)
@@ -714,7 +731,12 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     memories = _memories(ctx)
     capacities = _capacities(ctx, values, memories, points)
     live = _live_points(values, memories, points, temps)
-    constant = _constant(ctx, values)
+    # the constant prices each Memory's traffic in its first home: move the cheapest
+    # home's difference into it, so that every home's own term is non-negative
+    shifts = [min(m.home_cost, default=0) for m in memories]
+    memories = [dataclasses.replace(m, home_cost=tuple(c - d for c in m.home_cost))
+                for m, d in zip(memories, shifts, strict=True)]
+    constant = add_terms(_constant(ctx, values), terms(**{TRAFFIC: sum(shifts)}))
     used = [r.name for r in target.resources if any(r.name == n for n, _ in capacities)]
     for e in edges:
         if not any(e.legal(c) for c in CHOICES):
@@ -757,38 +779,18 @@ def _check_bound(kernel: Kernel, env: Mapping[str, int]) -> None:
 
 
 def _index_regions(ctx: _Ctx) -> None:
-    t = ctx.target
-
-    def walk(block: core.Block, scope: str) -> None:
-        for op in block.ops:
-            if isinstance(op, ParallelOp):
-                inner = _bind_scope(ctx, op.scope, scope)
-                ctx.parallels[op.label] = op
-                ctx.owner_scope[op.label] = inner
-                walk(op.body, inner)
-            elif isinstance(op, LoopOp):
-                ctx.loops[op.label] = op
-                walk(op.body, scope)
-
-    ctx.owner_scope["kernel"] = t.root_scope.name
-    walk(ctx.kernel.body, t.root_scope.name)
+    for op in ctx.kernel.walk():
+        if isinstance(op, ParallelOp):
+            ctx.parallels[op.label] = op
+        elif isinstance(op, LoopOp):
+            ctx.loops[op.label] = op
+    ctx.owner_scope[ROOT_OWNER] = ctx.binding.root
+    ctx.owner_scope.update(ctx.binding.parallel_scope)
     for _, d in ctx.g.nodes(data=True):
         for label in d["region"]:
             if label in ctx.loops:
                 lo, hi = ctx.loop_span.get(label, (d["order"], d["order"]))
                 ctx.loop_span[label] = (min(lo, d["order"]), max(hi, d["order"]))
-
-
-def _bind_scope(ctx: _Ctx, requested: str, outer: str) -> str:
-    t = ctx.target
-    if requested != "AUTOMATIC":
-        t.scope(requested)  # unknown scope names raise with the known ones
-        return requested
-    default = t.default_parallel_scope
-    if default != outer and t.is_ancestor_or_self(outer, default):
-        return default
-    kids = t.children(outer)
-    return kids[0].name if kids else outer
 
 
 def owner_of(ctx: _Ctx, region: tuple[str, ...]) -> str:
@@ -804,16 +806,16 @@ def _name_nodes(ctx: _Ctx) -> None:
 
 
 def _resolve_allocs(ctx: _Ctx) -> None:
-    for alloc in ctx.g.graph["allocs"]:
-        op: core.AllocOp = alloc["op"]
-        scope = ctx.owner_scope.get(op.owner, ctx.owner_scope["kernel"])
-        res = ctx.target.resolve(normalize_class(op.resource.value), scope)
-        ctx.alloc_resource[id(op.memory)] = res
+    for mb in ctx.binding.memory_bindings():
+        res = mb.home
+        ctx.alloc_resource[id(mb.alloc.memory)] = res
         if res is None:
+            op = mb.alloc
             ctx.static_infeasible.append(
-                f"Memory %{ctx.names.get(op.memory, '?')} ({op.resource.value}) owned by "
-                f"{op.owner} at scope {scope} has no home on {ctx.target.name}: no "
-                f"{op.resource.value} resource serves {scope} (S17: the owner is not changed)")
+                f"Memory %{ctx.names.get(op.memory, '?')} ({mb.resource_class}) owned by "
+                f"{op.owner} at scope {mb.owner_scope} has no home on {ctx.target.name}: no "
+                f"{mb.resource_class} resource serves {mb.owner_scope} (S17: the owner is "
+                "not changed)")
 
 
 def _points(ctx: _Ctx) -> dict[int, Point]:
@@ -902,30 +904,67 @@ def _node_terms(ctx: _Ctx, node: str, executions: int) -> Terms:
 MAX_RECOMPUTE_CHAIN = 16
 
 
-def _chain_cycles(ctx: _Ctx, node: str) -> float | None:
-    """Cycles to re-derive ``node``: it and its recomputable ancestors, each once.
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """What recomputing a value re-derives: the value and its recomputable ancestors.
 
-    The chain stops at values that cannot be recomputed (reductions, mma results,
-    loop carries, Memory snapshots: assumed available).  A chain longer than
-    :data:`MAX_RECOMPUTE_CHAIN` ops is not recomputed (None).
+    ``members`` are graph nodes the consumer re-derives (loads re-read from their view,
+    elementwise ops, broadcasts, transposes, full, iota) whatever their own edges
+    decided; the chain stops at values that cannot be recomputed (reductions, mma
+    results, loop carries) and at values of another parallel instance, which are read
+    as their edges decided.  ``why_not``: why no consumer may recompute through it.
+    """
+
+    members: frozenset[str]
+    why_not: str | None = None
+
+
+def rederivable(ctx: _Ctx, node: str, owner: str) -> bool:
+    """Whether a recomputation owned by ``owner`` re-derives ``node`` (else it stops)."""
+    d = ctx.g.nodes[node]
+    return is_recomputable_kind(d["kind"]) and owner_of(ctx, d["region"]) == owner
+
+
+def recompute_chain(ctx: _Ctx, node: str) -> Chain:
+    """``node``'s recompute chain (see :class:`Chain`), cached.
+
+    Recomputing through it is refused when it re-reads a view the kernel also stores (a
+    store may intervene between the load and the consumer), when it reaches a Memory
+    snapshot (a snapshot is read once: re-reading the Memory could see another state),
+    or when it has more than :data:`MAX_RECOMPUTE_CHAIN` ops.
     """
     if node in ctx.chains:
         return ctx.chains[node]
-    seen = {node}
-    stack = [node]
-    while stack and len(seen) <= MAX_RECOMPUTE_CHAIN:
-        for u, _ in ctx.g.in_edges(stack.pop()):
-            if u not in seen and is_recomputable_kind(ctx.g.nodes[u]["kind"]):
-                seen.add(u)
+    owner = owner_of(ctx, ctx.g.nodes[node]["region"])
+    members, stack = {node}, [node]
+    why: str | None = None
+    while stack and why is None:
+        m = stack.pop()
+        op = ctx.g.nodes[m]["op"]
+        if isinstance(op, core.LoadOp) and id(op.view) in ctx.stored_views:
+            why = (f"its chain re-reads %{ctx.names.get(op.view, '?')}, which the kernel "
+                   "also stores (a store may intervene)")
+        for u, _ in ctx.g.in_edges(m):
+            if ctx.g.nodes[u]["kind"] == "memory.load":
+                why = why or (f"its chain reaches the Memory snapshot {ctx.node_name[u]} "
+                              "(a snapshot is read once)")
+            elif u not in members and rederivable(ctx, u, owner):
+                members.add(u)
                 stack.append(u)
-    cycles: float | None = None
-    if len(seen) <= MAX_RECOMPUTE_CHAIN:
-        cycles = 0.0
-        for n in seen:
-            d = ctx.g.nodes[n]
-            compute, traffic = _op_cycles(ctx, d, ctx.owner_scope[owner_of(ctx, d["region"])])
-            cycles += compute + traffic
-    ctx.chains[node] = cycles
+        if len(members) > MAX_RECOMPUTE_CHAIN:
+            why = f"its producer chain is longer than {MAX_RECOMPUTE_CHAIN} ops"
+    chain = Chain(frozenset(members), why)
+    ctx.chains[node] = chain
+    return chain
+
+
+def _chain_cycles(ctx: _Ctx, chain: Chain, scope: str) -> float:
+    """Cycles of one re-derivation at ``scope``: every member once (a load's tile read
+    through the global resource, shared among the concurrent instances)."""
+    cycles = 0.0
+    for n in chain.members:
+        compute, traffic = _op_cycles(ctx, ctx.g.nodes[n], scope)
+        cycles += compute + traffic
     return cycles
 
 
@@ -1008,7 +1047,16 @@ def _inline_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) -> st
     return None
 
 
-def _recompute_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) -> str | None:
+def _recompute_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object],
+                       fuse_why: str | None) -> str | None:
+    """Why ``u -> v`` may not be recomputed, or None.
+
+    Besides what cannot be re-derived, recomputation is not offered where it is the
+    same program as fusion: when fusion is legal and the producer's chain is the
+    producer alone (a load, full or iota, or an op whose operands all stop the chain),
+    re-deriving it bypasses no realization of an intermediate value, so both inline
+    the producer reading its operands as their edges decided.
+    """
     common = _inline_illegal(ctx, u, v, data)
     if common:
         return common
@@ -1016,11 +1064,19 @@ def _recompute_illegal(ctx: _Ctx, u: str, v: str, data: Mapping[str, object]) ->
     if kind.startswith("tile.reduce"):
         return "a reduction is not re-executed per consumer"
     if kind == "tile.mma":
-        return "an mma accumulator is not recomputed"
+        return "an mma result is not recomputed"
     if kind == "memory.load":
         return "a Memory snapshot is read once (a later read could see another state)"
     if not is_recomputable_kind(kind):
         return f"{kind} is not recomputable"
+    if ctx.g.nodes[v]["kind"] == "tile.mma" and data["operand"] == 2:
+        return "never recomputed into an mma accumulator (as for fusion)"
+    chain = recompute_chain(ctx, u)
+    if chain.why_not:
+        return chain.why_not
+    if fuse_why is None and chain.members == {u}:
+        return (f"the same program as fused: {ctx.node_name[u]} has no recomputable operand "
+                "whose realization re-deriving it would bypass")
     return None
 
 
@@ -1043,19 +1099,16 @@ def _edge(ctx: _Ctx, index: int, key: tuple[str, str, int], value: int) -> Edge:
     fuse_why = _fusion_illegal(ctx, u, v, data)
     if fuse_why:
         illegal.append((FUSED, fuse_why))
-    rec_why = _recompute_illegal(ctx, u, v, data)
+    rec_why = _recompute_illegal(ctx, u, v, data, fuse_why)
     if rec_why:
         illegal.append((RECOMPUTED, rec_why))
     cexec = _executions(ctx, cd)
     fused = _node_terms(ctx, u, cexec) if not fuse_why else ()
     recompute: Terms = ()
-    cycles = _chain_cycles(ctx, u) if not rec_why else None
-    if not rec_why and cycles is None:
-        rec_why = f"its producer chain is longer than {MAX_RECOMPUTE_CHAIN} ops"
-        illegal.append((RECOMPUTED, rec_why))
-    if cycles is not None:
+    if not rec_why:
+        scope = ctx.owner_scope[owner_of(ctx, cd["region"])]
+        cycles = _chain_cycles(ctx, recompute_chain(ctx, u), scope)
         if data["stage_distance"]:
-            scope = ctx.owner_scope[owner_of(ctx, pd["region"])]
             cycles += _latency_cycles(ctx, pd, scope)
         recompute = terms(**{RECOMPUTE: ctx.fig.ns(cycles, cexec)})
     pname, cname = ctx.node_name[u], ctx.node_name[v]
@@ -1230,6 +1283,8 @@ class _Holding:
                        for v in self.values]
         self.guards: list[Guard] = []
         self._guard_index: dict[Guard, int] = {}
+        self._chain_roots = self._stop_readers()
+        self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
         self._scale_carries()
         self._held()
@@ -1298,14 +1353,62 @@ class _Holding:
 
     def _sites_of(self, e: Edge) -> list[tuple[int, int | None, bool]]:
         """(point, site guard, read element for element) of every evaluation of ``e``'s
-        consumer that may read ``e``'s value; guard None: the consumer is a sink."""
+        consumer that may read ``e``'s value; guard None: the consumer is a sink.
+
+        A value that stops a recompute chain (a reduction, mma result or loop carry) is
+        also read wherever a recomputation re-derives its consumer: where the chain's
+        root may be evaluated (an over-approximation when the root is evaluated there
+        only in its own, decided, way)."""
         if e.consumer_value is None:
             return [(e.consumer_point, None, e.aligned)]
         c = self.values[e.consumer_value]
         out = [(c.def_point, self.guard("site", c.index, c.def_point), e.aligned)]
         out += [(n, self.guard("site", c.index, n), e.aligned and self.aligned_to(c.index, n))
                 for n in sorted(self.reach(c.index))]
+        for t in self._chain_roots.get(e.index, ()):
+            along = e.aligned and self._aligned_in_chain(t, c.node)
+            out += [(n, self.guard("site", t, n), along and self.aligned_to(t, n))
+                    for n in sorted(self.reach(t))]
         return out
+
+    def _stop_readers(self) -> dict[int, list[int]]:
+        """Edge -> the values whose recompute chain contains the edge's consumer (not as
+        its root) but not its producer: the chain stops there and reads the value."""
+        ctx = self.ctx
+        value_at = {v.node: v.index for v in self.values}
+        edge_at = {(self.values[e.value].node, ctx.node_by_name[e.consumer], e.operand): e.index
+                   for e in self.edges}
+        out: dict[int, list[int]] = {}
+        for t in self.values:
+            if not any(self.edges[i].legal(RECOMPUTED) for i in t.edges):
+                continue
+            members = recompute_chain(ctx, t.node).members
+            for m in members - {t.node}:
+                for w, _, d in ctx.g.in_edges(m, data=True):
+                    i = edge_at.get((w, m, d["operand"]))
+                    if w not in members and w in value_at and i is not None:
+                        out.setdefault(i, []).append(t.index)
+        return out
+
+    def _aligned_in_chain(self, t: int, node: str) -> bool:
+        """Whether every path from chain member ``node`` to the chain's root ``t`` reads
+        element for element."""
+        key = (t, node)
+        if key not in self._chain_aligned:
+            root = self.values[t]
+            members = recompute_chain(self.ctx, root.node).members
+            ok = True
+            if node != root.node:
+                v = next(x for x in self.values if x.node == node)
+                for i in v.edges:
+                    e = self.edges[i]
+                    if e.consumer_value is None:
+                        continue
+                    cn = self.values[e.consumer_value].node
+                    if cn in members:
+                        ok = ok and e.aligned and self._aligned_in_chain(t, cn)
+            self._chain_aligned[key] = ok
+        return self._chain_aligned[key]
 
     # ------------------------------------------------------------------ carries
 
@@ -1377,13 +1480,13 @@ class _Holding:
                 lo, hi = ctx.loop_span[pipe]
                 held = (min(held[0], lo), max(held[1], hi + 1))
             remote = []
-            for n, _, aligned in sites:
-                if n == e.consumer_point:
+            for n, gd, aligned in sites:
+                if n == e.consumer_point or gd is None:
                     continue
                 _, end = _span(ctx, v.node, self.point_node[n], False, inclusive=True,
                                in_place=self._in_place(e, n, aligned))
                 if end > held[1]:
-                    remote.append((n, end))
+                    remote.append((n, end, gd))
             out.append(dataclasses.replace(e, held=held, remote=tuple(remote)))
         self.edges = out
 
@@ -1392,8 +1495,8 @@ class _Holding:
         for i in v.edges:
             e = self.edges[i]
             items.append((e.held[0], e.held[1], i, None))
-            for n, end in e.remote:
-                items.append((e.held[1], end, i, self.guard("site", e.consumer_value or 0, n)))
+            for _, end, gd in e.remote:
+                items.append((e.held[1], end, i, gd))
         c = self.carries.get(v.index)
         if c is not None:  # one buffer serves every use: held wherever any use holds it
             whole = not c.aliased or c.copies > 1
@@ -1458,7 +1561,7 @@ class _Holding:
     def _temp_resource(self, nbytes: int, static: bool) -> Resource | None:
         """Where the lowering puts a compiler temporary: registers when it is small and of
         a static size, else the first shared-class resource (``temp_resource`` of
-        ``planner.lower.loop_program``)."""
+        ``planner.lower.loops.program``)."""
         t = self.ctx.target
         private = t.resources_for_class("private")
         cap = next((r.capacity for r in private if r.capacity is not None), 512)
@@ -1557,8 +1660,8 @@ def _memories(ctx: _Ctx) -> list[MemoryOccupant]:
     out: list[MemoryOccupant] = []
     for alloc in ctx.g.graph["allocs"]:
         op: core.AllocOp = alloc["op"]
-        res = ctx.alloc_resource.get(id(op.memory))
-        if res is None:
+        default = ctx.alloc_resource.get(id(op.memory))
+        if default is None:
             continue
         uses = [n for n, d in ctx.g.nodes(data=True)
                 if isinstance(d["op"], (core.MemLoadOp, core.MemStoreOp))
@@ -1572,15 +1675,38 @@ def _memories(ctx: _Ctx) -> list[MemoryOccupant]:
                   if owner is None or owner in d["region"]]
         orders = orders or [ctx.g.nodes[n]["order"] for n in uses]
         lo, hi = min(orders), max(orders) + 1
-        itemsize = op.dtype.itemsize
         maxv, stall = _memory_versions(ctx, uses)
-        nbytes = _align(version_bytes(op.layout.storage_elements(ctx.env) * itemsize, maxv),
-                        res.alignment)
+        homes = _memory_homes(ctx, op, default)
+        storage = version_bytes(op.layout.storage_elements(ctx.env) * op.dtype.itemsize, maxv)
+        traffic = [_memory_traffic_ns(ctx, uses, r) for r in homes]
         out.append(MemoryOccupant(len(out), "%" + ctx.names.get(op.memory, "memory"),
-                                  res.name, nbytes, (lo, hi),
-                                  op.owner if op.owner in ctx.parallels else "kernel",
-                                  maxv, stall))
+                                  tuple(r.name for r in homes),
+                                  tuple(_align(storage, r.alignment) for r in homes),
+                                  (lo, hi), op.owner if op.owner in ctx.parallels else "kernel",
+                                  maxv, stall, tuple(round(t - traffic[0]) for t in traffic)))
     return out
+
+
+def _memory_homes(ctx: _Ctx, op: core.AllocOp, default: Resource) -> list[Resource]:
+    """The homes the planner may choose: legal and accessible to every scope that
+    touches the Memory with the operations it applies; the default home first."""
+    mb = ctx.binding.memory(op)
+    homes = [r for r in mb.homes
+             if all(ctx.target.can_access(a.scope, r.name, a.operation) for a in mb.accesses)]
+    return [default, *(r for r in homes if r.name != default.name)]
+
+
+def _memory_traffic_ns(ctx: _Ctx, uses: list[str], res: Resource) -> float:
+    """Time of the Memory's loads and stores if it lived in ``res``."""
+    total = 0.0
+    for n in uses:
+        d = ctx.g.nodes[n]
+        op = d["op"]
+        tile = op.result if isinstance(op, core.MemLoadOp) else op.tile
+        nbytes = math.prod(_tile_shape(ctx, tile)) * tile.type.dtype.itemsize
+        scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+        total += ctx.fig.ns(ctx.fig.traffic_cycles(nbytes, res, scope), _executions(ctx, d))
+    return total
 
 
 def _memory_versions(ctx: _Ctx, uses: list[str]) -> tuple[int, tuple[int, ...]]:
@@ -1625,7 +1751,8 @@ def _capacities(ctx: _Ctx, values: list[Value], memories: list[MemoryOccupant],
             if not reason:
                 out[(r.name, owner)] = cap
     for m in memories:
-        out.setdefault((m.resource, m.owner), ctx.target.resource(m.resource).capacity)
+        for home in m.homes:
+            out.setdefault((home, m.owner), ctx.target.resource(home).capacity)
     return out
 
 
@@ -1717,7 +1844,12 @@ def evaluate(problem: Problem, a: Assignment,
         if not 1 <= k <= m.max_versions:
             bad.append(f"Memory {m.name}: {k} versions outside 1..{m.max_versions}")
             continue
-        memory_terms.append(terms(**{STALLS: m.stall[k - 1]}))
+        h = m.home_of(a)
+        if not 0 <= h < len(m.homes):
+            bad.append(f"Memory {m.name}: home {h} outside its {len(m.homes)} homes")
+            continue
+        memory_terms.append(terms(**{STALLS: m.stall[k - 1],
+                                     TRAFFIC: m.home_cost[h] if m.home_cost else 0}))
     occupancy = occupancies(problem, a)
     for occ in occupancy:
         if occ.capacity is not None and occ.bytes > occ.capacity:
@@ -1863,8 +1995,9 @@ def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
         for mi in lp.memories:
             m = problem.memories[mi]
             k = a.memory_versions[mi] if a.memory_versions else 1
-            held.setdefault(m.resource, []).append(
-                (m.name if k == 1 else f"{m.name} ×{k}", m.bytes * k))
+            h = m.home_of(a)
+            held.setdefault(m.homes[h], []).append(
+                (m.name if k == 1 else f"{m.name} ×{k}", m.home_bytes[h] * k))
         for ti in lp.temps:
             t = problem.temps[ti]
             if truth.temp(t):

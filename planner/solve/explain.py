@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from planner.plan.decisions import Baseline, Decision
 from planner.solve.baselines import describe
 from planner.solve.costs import (
     CHOICES,
@@ -44,7 +45,6 @@ from planner.solve.model import (
     core_groups,
     minimum_occupancy,
 )
-from planner.solve.plan import Baseline, Decision
 
 Restrictions = Mapping[int, frozenset[Decision]]
 

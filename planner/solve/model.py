@@ -48,6 +48,7 @@ from typing import TypeAlias
 from ortools.sat.python import cp_model
 
 from planner.errors import Diagnostic, PlannerError
+from planner.plan.decisions import Decision
 from planner.solve.baselines import _evict as evict_registers
 from planner.solve.baselines import _isolated_price as isolated_price
 from planner.solve.baselines import _placements as place_values
@@ -62,6 +63,7 @@ from planner.solve.costs import (
     Assignment,
     Edge,
     LivePoint,
+    MemoryOccupant,
     Problem,
     Truth,
     Value,
@@ -70,7 +72,6 @@ from planner.solve.costs import (
     segment_live,
     total,
 )
-from planner.solve.plan import Decision
 
 Restrictions = Mapping[int, frozenset[Decision]]
 Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
@@ -101,6 +102,7 @@ class BuiltModel:
     y: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     u: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     mv: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    mh: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)  # Memory homes
     cross: dict[int, cp_model.IntVar] = field(default_factory=dict)
     reg: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     mat: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
@@ -143,6 +145,7 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
         _value_vars(bm, v, skip)
     for m in problem.memories:
         _memory_vars(bm, m.index, m.max_versions, m.stall)
+        _memory_home_vars(bm, m)
     for lp in problem.live_points:
         _capacity(bm, lp, skip)
     if hint is not None:
@@ -313,6 +316,19 @@ def _memory_vars(bm: BuiltModel, index: int, max_versions: int, stall: tuple[int
             bm.cost.append((lit, stall[k - 1]))
 
 
+def _memory_home_vars(bm: BuiltModel, m: MemoryOccupant) -> None:
+    """One Boolean per legal home of an explicit Memory (exactly one), priced by traffic."""
+    if len(m.homes) == 1:
+        return
+    lits = [bm.model.NewBoolVar(f"mh{m.index}_{h}") for h in range(len(m.homes))]
+    bm.model.AddExactlyOne(lits)
+    for h, lit in enumerate(lits):
+        bm.mh[(m.index, h)] = lit
+        bm.tiebreak.append((lit, h))
+        if m.home_cost and m.home_cost[h]:
+            bm.cost.append((lit, m.home_cost[h]))
+
+
 def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar]
              ) -> cp_model.IntVar:
     """A literal implied by the conjunction of ``lits`` (exact enough under minimization)."""
@@ -475,13 +491,21 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
             most += max(v.placements[q].bytes for q in qs) * v.max_versions
     for mi in lp.memories:
         mem = p.memories[mi]
-        if mem.resource != resource:
+        if resource not in mem.homes:
             continue
-        if mem.max_versions == 1:
-            fixed += mem.bytes
+        h = mem.homes.index(resource)
+        nbytes = mem.home_bytes[h]
+        home = bm.mh.get((mi, h))
+        if mem.max_versions == 1 and home is None:
+            fixed += nbytes
+        elif mem.max_versions == 1:
+            out.append((home, nbytes))
+            most += nbytes
         else:
-            out += [(bm.mv[(mi, k)], mem.bytes * k) for k in range(1, mem.max_versions + 1)]
-            most += mem.bytes * mem.max_versions
+            out += [(bm.mv[(mi, k)] if home is None
+                     else _product(bm, ("mh", mi, h, k), [bm.mv[(mi, k)], home]), nbytes * k)
+                    for k in range(1, mem.max_versions + 1)]
+            most += nbytes * mem.max_versions
     for ti in lp.temps:
         t = p.temps[ti]
         if t.resource != resource:
@@ -701,7 +725,12 @@ def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:
     for (mi, k), lit in bm.mv.items():
         if solver.BooleanValue(lit):
             memv[mi] = k
-    return Assignment(tuple(choices), tuple(placement), tuple(versions), tuple(memv))
+    homes = [0] * len(p.memories)
+    for (mi, h), lit in bm.mh.items():
+        if solver.BooleanValue(lit):
+            homes[mi] = h
+    return Assignment(tuple(choices), tuple(placement), tuple(versions), tuple(memv),
+                      tuple(homes))
 
 
 def core_groups(bm: BuiltModel, time_limit_s: float = 5.0) -> list[Group] | None:

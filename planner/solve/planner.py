@@ -4,7 +4,7 @@ The steps are fixed and each is a library call of its own:
 
 1. :func:`planner.solve.costs.build_problem` prices every choice of every live edge
    (unbound symbols are an error naming them);
-2. the z3 proofs of ``planner.solve.proofs`` run when that module is present;
+2. the z3 proofs of ``planner.prove.proofs`` run when that module is present;
 3. a baseline, if asked for, becomes per-edge restrictions
    (:mod:`planner.solve.baselines`);
 4. :func:`planner.solve.model.build_model` / :func:`~planner.solve.model.solve`
@@ -37,6 +37,16 @@ from planner.catalog import Target
 from planner.errors import Diagnostic, PlannerError
 from planner.ir.core import Kernel
 from planner.ir.printer import PrintOptions, print_kernel
+from planner.plan.decisions import (
+    Baseline,
+    EdgePlan,
+    MaterializationPlan,
+    MemoryPlan,
+    Policy,
+    ProofSummary,
+    ResourcePeak,
+    Status,
+)
 from planner.solve.baselines import baseline_restrictions, greedy_assignment
 from planner.solve.costs import (
     MATERIALIZED,
@@ -50,16 +60,6 @@ from planner.solve.costs import (
 )
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.model import build_model, solve
-from planner.solve.plan import (
-    Baseline,
-    EdgePlan,
-    MaterializationPlan,
-    MemoryPlan,
-    Policy,
-    ProofSummary,
-    ResourcePeak,
-    Status,
-)
 
 Progress = Callable[[int, int, float], None]
 E = TypeVar("E", bound=Enum)
@@ -133,10 +133,10 @@ def _enum(cls: type[E], value: object, what: str) -> E:
 
 def run_proofs(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
                time_limit_s: float) -> tuple[ProofSummary, ...]:
-    """The z3 proofs of ``planner.solve.proofs`` when that module exists, else none."""
-    if importlib.util.find_spec("planner.solve.proofs") is None:
+    """The z3 proofs of ``planner.prove.proofs`` when that module exists, else none."""
+    if importlib.util.find_spec("planner.prove.proofs") is None:
         return ()
-    proofs = importlib.import_module("planner.solve.proofs")
+    proofs = importlib.import_module("planner.prove.proofs")
     budget = int(max(200, min(5000, time_limit_s * 250)))
     try:
         report = proofs.prove_kernel(kernel, target, bindings=dict(bindings or {}),
@@ -209,8 +209,9 @@ class _Header:
                         v.kind, e.consumer_kind)
 
     def _memories(self, a: Assignment) -> tuple[MemoryPlan, ...]:
-        return tuple(MemoryPlan(m.name, m.resource, m.bytes, a.memory_versions[m.index],
-                                m.max_versions, m.span) for m in self.problem.memories)
+        return tuple(MemoryPlan(m.name, m.homes[h], m.home_bytes[h],
+                                a.memory_versions[m.index], m.max_versions, m.span)
+                     for m in self.problem.memories for h in (m.home_of(a),))
 
 
 def peaks(problem: Problem, ev: Evaluation) -> tuple[ResourcePeak, ...]:

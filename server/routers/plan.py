@@ -93,7 +93,7 @@ async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
                                       body.baseline, body.time_limit)
     planned.raise_if_unusable()
     code = await service.run(lower_job, body.kernel, planned.plan, planned.target, body.emit,
-                             service.settings.max_graph_ops)
+                             service.settings.max_graph_ops, dict(body.bindings))
     service.metrics.observe_plan("lower", "hit" if hit else "miss", time.perf_counter() - start)
     return LowerResponse(kernel=planned.plan.kernel, target=body.target, emit=body.emit,
                          code=code, plan=planned.json)

@@ -82,6 +82,14 @@ HINTS = (None, None, None, "x", "x", "x_0", "acc", "As", "weird name", "9lives")
 STAGES = (None, None, "load", "compute")
 LOCS = (UNKNOWN_LOC, SourceLoc("k.py", 3, 0), SourceLoc("/abs/dir/k\u00e9.py", 10, 4),
         SourceLoc('we"ird\\\\path.py', 1, 1))
+#: Resource constraints: the built-in classes and names only a catalog defines (S6), the
+#: seed's ``private_``/``auto_`` spellings included (they become the built-in class).
+RESOURCES = st.one_of(
+    st.sampled_from(["psum", "weight_buffer", "private_", "auto_", "tmem_", "_x9"])
+      .map(core.ResourceConstraint),
+    st.sampled_from(list(core.ResourceClass)).map(core.ResourceConstraint),
+    st.from_regex(core.CLASS_NAME_PATTERN, fullmatch=True).filter(lambda s: len(s) <= 12)
+      .map(core.ResourceConstraint))
 FLOATS = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 0.1, 1e-05, -1.5e300, 5e-324, math.inf,
                                     -math.inf, math.nan]),
                    st.floats(allow_nan=True, allow_infinity=True))
@@ -223,7 +231,7 @@ class _Gen:
     def memory_ops(self, block: Block, env: dict[str, list[Value]]) -> None:
         lay = self.layout()
         dtype = self.pick(list(DType))
-        alloc = self.emit(block, core.AllocOp(dtype, lay, self.pick(list(core.ResourceClass)),
+        alloc = self.emit(block, core.AllocOp(dtype, lay, self.draw(RESOURCES),
                                               self.pick(("kernel", "g_1", "weird \"owner\""))))
         tile = self.full(block, lay.shape, dtype)
         state = self.emit(block, core.MemStoreOp(alloc.results[0], alloc.results[1],

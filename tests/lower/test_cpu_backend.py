@@ -37,10 +37,10 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower import CompiledKernel, build_loop_program, compile_kernel
-from planner.lower.cpu_codegen import CodegenConfig
-from planner.lower.cpu_runtime import KernelCache
-from planner.lower.loop_program import Pipeline, walk_stmts
-from planner.solve.plan import Decision, EdgePlan, LayoutChoice, MaterializationPlan
+from planner.lower.cpu.codegen import CodegenConfig
+from planner.lower.cpu.runtime import KernelCache
+from planner.lower.loops.program import Pipeline, walk_stmts
+from planner.plan.decisions import Decision, EdgePlan, LayoutChoice, MaterializationPlan
 from planner.solve.planner import plan_kernel
 
 EXAMPLES = {p.stem: p for p in list_examples()}

@@ -1,4 +1,4 @@
-"""Tests for planner.lower.llvm_gemm: packed sgemm vs numpy, edges, strides, threads."""
+"""Tests for planner.lower.cpu.gemm: packed sgemm vs numpy, edges, strides, threads."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from planner.lower.llvm_gemm import (
+from planner.lower.cpu.gemm import (
     GemmConfig,
     SgemmKernel,
     emit_gemm_f32,
     emit_gemm_f32_strided,
     sgemm,
 )
-from planner.lower.llvm_jit import JitCache, compile_module, host_target
+from planner.lower.cpu.jit import JitCache, compile_module, host_target
 
 SHAPES = [  # (M, N, K)
     (1, 1, 1),
@@ -258,7 +258,7 @@ def test_config_validation() -> None:
 def test_threaded_fallback_polling(kernel: SgemmKernel, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a zero spin budget every in-kernel wait times out at once and the driver's
     sleep-polling fallback takes over; results stay bit-identical."""
-    import planner.lower.llvm_gemm as gemm_mod
+    import planner.lower.cpu.gemm as gemm_mod
 
     monkeypatch.setattr(gemm_mod, "_SPIN_CYCLES", 0)
     rng = np.random.default_rng(8)

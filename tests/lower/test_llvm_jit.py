@@ -1,4 +1,4 @@
-"""Tests for planner.lower.llvm_jit: compile, call, cache, threads, GIL release."""
+"""Tests for planner.lower.cpu.jit: compile, call, cache, threads, GIL release."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from planner.lower.llvm_jit import (
+from planner.lower.cpu.jit import (
     CompiledModule,
     JitCache,
     JitModule,

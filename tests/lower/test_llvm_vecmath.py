@@ -1,4 +1,4 @@
-"""Accuracy and special cases of planner.lower.llvm_vecmath (exp, tanh, log)."""
+"""Accuracy and special cases of planner.lower.cpu.vecmath (exp, tanh, log)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from planner.lower.llvm_jit import JitCache, compile_module
-from planner.lower.llvm_vecmath import emit_exp, emit_log, emit_tanh
+from planner.lower.cpu.jit import JitCache, compile_module
+from planner.lower.cpu.vecmath import emit_exp, emit_log, emit_tanh
 
 F32 = ir.FloatType()
 I64 = ir.IntType(64)

@@ -42,7 +42,7 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower import build_loop_program, compile_kernel
-from planner.lower.loop_program import (
+from planner.lower.loops.program import (
     Barrier,
     BufRead,
     BufWrite,
@@ -58,7 +58,7 @@ from planner.lower.loop_program import (
     elem_reads,
     walk_stmts,
 )
-from planner.solve.plan import Decision, EdgePlan, LayoutChoice, MaterializationPlan
+from planner.plan.decisions import Decision, EdgePlan, LayoutChoice, MaterializationPlan
 from planner.solve.planner import plan_kernel
 
 EXAMPLES = {p.stem: p for p in list_examples()}
@@ -313,7 +313,7 @@ def test_attention_pipeline_and_carries() -> None:
 
 def test_infeasible_plan_is_not_lowered() -> None:
     mod_ = example("manual_gemm").module
-    kernel = mod_.make_manual_gemm(mod_.GemmConfig(256, 256, 256, 2))
+    kernel = mod_.make_manual_gemm(mod_.GemmConfig(256, 256, 256, 2), resource=mod_.mem.shared)
     plan = plan_kernel(kernel, x86(), dict(M=512, N=512, K=512))
     assert plan.status.value == "infeasible"
     with pytest.raises(PlannerError, match="cannot lower an infeasible plan"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.cli import main
-from planner.lower.metal_emulator import clang_available
+from planner.lower.metal.emulator import clang_available
 
 needs_clang = pytest.mark.skipif(not clang_available(), reason="clang-19 is not installed")
 

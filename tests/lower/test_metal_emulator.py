@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.lower.metal_emulator import (
+from planner.lower.metal.emulator import (
     EmulatedKernel,
     KernelFault,
     MslCompileError,

@@ -57,10 +57,10 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.ir.load import load_kernel
-from planner.lower.metal_emulator import KernelFault, check_msl, clang_available
-from planner.lower.metal_runtime import dispatch, run_msl, run_msl_kernel
-from planner.lower.msl_emitter import MslKernel, emit_msl
-from planner.solve.plan import LayoutChoice, MaterializationPlan
+from planner.lower.metal.emitter import MslKernel, emit_msl
+from planner.lower.metal.emulator import KernelFault, check_msl, clang_available
+from planner.lower.metal.runtime import dispatch, run_msl, run_msl_kernel
+from planner.plan.decisions import LayoutChoice, MaterializationPlan
 from planner.solve.planner import plan_kernel
 
 needs_clang = pytest.mark.skipif(
@@ -270,7 +270,8 @@ def test_s17_memory_with_versions_and_temporaries_overflow(m2: Target) -> None:
     chooses one version of each (and prices the staging copy), so the emitter accepts
     its plan; forcing the versions back to two is refused with the bytes."""
     module = load_example(EXAMPLES["manual_gemm"]).module
-    kernel = module.make_manual_gemm(module.GemmConfig(block_m=64, block_n=64, block_k=32))
+    kernel = module.make_manual_gemm(module.GemmConfig(block_m=64, block_n=64, block_k=32),
+                                     resource=mem.shared)
     plan = plan_kernel(kernel, m2, SHAPES["manual_gemm"])
     assert [(m.name, m.versions, m.max_versions) for m in plan.memories] == [
         ("%As", 1, 2), ("%Bs", 1, 2)]

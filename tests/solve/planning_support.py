@@ -26,6 +26,7 @@ from planner.ir.frontend import (
     shape,
     tile_kernel,
 )
+from planner.plan.decisions import Decision
 from planner.solve.costs import (
     MATERIALIZED,
     Assignment,
@@ -35,7 +36,6 @@ from planner.solve.costs import (
     evaluate,
     total,
 )
-from planner.solve.plan import Decision
 
 
 @cache
@@ -99,7 +99,8 @@ def exhaustive_optimum(problem: Problem,
 
 def _candidates(problem: Problem, choices: tuple[Decision, ...]
                 ) -> list[list[tuple[int, int | None, int]]] | None:
-    """Per value then per Memory: (own cost, placement, versions), cheapest first."""
+    """Per value: (own cost, placement, versions); per Memory: (own cost, home, versions);
+    cheapest first."""
     out = []
     for v in problem.values:
         _, mat, cross = derived_flags(problem, choices, v)
@@ -113,8 +114,9 @@ def _candidates(problem: Problem, choices: tuple[Decision, ...]
         ks = range(1, v.max_versions + 1) if cross else [1]
         out.append(sorted((_own_cost(problem, choices, v.index, q, k, cross), q if q is not None
                            else -1, k) for q in qs for k in ks))
-    for m in problem.memories:
-        out.append(sorted((m.stall[k - 1], -1, k) for k in range(1, m.max_versions + 1)))
+    for m in problem.memories:  # (cost, home, versions)
+        out.append(sorted((m.stall[k - 1] + (m.home_cost[h] if m.home_cost else 0), h, k)
+                          for h in range(len(m.homes)) for k in range(1, m.max_versions + 1)))
     return [[(c, None if q == -1 else q, k) for c, q, k in opts] for opts in out]
 
 
@@ -170,7 +172,8 @@ def _registers_overflow(problem: Problem, choices: tuple[Decision, ...]) -> bool
                 held[v.register] = held.get(v.register, 0) + v.reg_bytes
         for mi in lp.memories:
             m = problem.memories[mi]
-            held[m.resource] = held.get(m.resource, 0) + m.bytes
+            if len(m.homes) == 1:  # a Memory with a choice of homes may move elsewhere
+                held[m.homes[0]] = held.get(m.homes[0], 0) + m.home_bytes[0]
         for res, n in held.items():
             cap = problem.capacity(res, lp.owner)
             if cap is not None and n > cap:
@@ -182,7 +185,8 @@ def _assignment(problem: Problem, choices: tuple[Decision, ...],
                 picked: list[tuple[int, int | None, int]]) -> Assignment:
     nv = len(problem.values)
     return Assignment(choices, tuple(p[1] for p in picked[:nv]),
-                      tuple(p[2] for p in picked[:nv]), tuple(p[2] for p in picked[nv:]))
+                      tuple(p[2] for p in picked[:nv]), tuple(p[2] for p in picked[nv:]),
+                      tuple(p[1] or 0 for p in picked[nv:]))
 
 
 # --------------------------------------------------------------------------- variants

@@ -7,12 +7,17 @@ from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import bindings, kernel, target, with_capacity
 
 from planner.errors import PlannerError
+from planner.ir.frontend import mem
 from planner.solve import Baseline, Status, plan_kernel
+
+# The example's Memory is ``auto_``: under pressure the planner may move it to device
+# memory.  These tests pin threadgroup pressure, so they ask for shared explicitly.
+SHARED_GEMM = make_manual_gemm(GemmConfig(), resource=mem.shared)
 
 
 def _memory_versions(capacity: int) -> tuple[Status, tuple[int, ...], tuple[str, ...]]:
     t = with_capacity(target("apple-m2"), "threadgroup_memory", capacity)
-    plan = plan_kernel(kernel("manual_gemm"), t, bindings("manual_gemm"))
+    plan = plan_kernel(SHARED_GEMM, t, bindings("manual_gemm"))
     return plan.status, tuple(m.versions for m in plan.memories), plan.explanation
 
 
@@ -27,8 +32,8 @@ def test_s18_shrinking_capacity_lowers_versions_before_infeasibility() -> None:
 
 
 def test_s18_versions_report_the_stall_they_cost() -> None:
-    roomy = plan_kernel(kernel("manual_gemm"), target("apple-m2"), bindings("manual_gemm"))
-    tight = plan_kernel(kernel("manual_gemm"),
+    roomy = plan_kernel(SHARED_GEMM, target("apple-m2"), bindings("manual_gemm"))
+    tight = plan_kernel(SHARED_GEMM,
                         with_capacity(target("apple-m2"), "threadgroup_memory", 4224),
                         bindings("manual_gemm"))
     assert roomy.breakdown.get("stalls", 0) == 0
@@ -37,7 +42,7 @@ def test_s18_versions_report_the_stall_they_cost() -> None:
 
 
 def test_s17_infeasible_manual_gemm_names_the_capacity_and_the_numbers() -> None:
-    k = make_manual_gemm(GemmConfig(block_k=128))
+    k = make_manual_gemm(GemmConfig(block_k=128), resource=mem.shared)
     plan = plan_kernel(k, target("apple-m2"), {"M": 100, "N": 70, "K": 300})
     assert plan.status is Status.INFEASIBLE
     assert plan.edges == ()

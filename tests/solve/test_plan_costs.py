@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from planning_support import bindings, kernel, target
 
+from planner.plan.decisions import LayoutChoice
 from planner.solve import Decision, plan_kernel
 from planner.solve.costs import (
     MAX_RECOMPUTE_CHAIN,
@@ -16,7 +17,6 @@ from planner.solve.costs import (
     layout_bytes,
     layout_candidates,
 )
-from planner.solve.plan import LayoutChoice
 
 DENSE = LayoutChoice("dense")
 BANKS = (32, 4)

@@ -10,6 +10,7 @@ from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import bindings, kernel, target
 
 from planner.errors import PlannerError
+from planner.ir.frontend import mem
 from planner.solve import (
     Baseline,
     MaterializationPlan,
@@ -82,7 +83,8 @@ def test_table_shows_edges_peaks_breakdown_status() -> None:
 
 
 def test_table_of_an_infeasible_plan_lists_the_explanation() -> None:
-    plan = plan_kernel(make_manual_gemm(GemmConfig(block_k=128)), target("apple-m2"),
+    plan = plan_kernel(make_manual_gemm(GemmConfig(block_k=128), resource=mem.shared),
+                       target("apple-m2"),
                        {"M": 100, "N": 70, "K": 300})
     text = format_plan_table(plan)
     assert "infeasible:" in text and "32,768 B" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import (
     bindings,
     exhaustive_optimum,
@@ -12,6 +13,7 @@ from planning_support import (
     with_capacity,
 )
 
+from planner.ir.frontend import mem
 from planner.solve import Baseline, Policy, Status, plan_kernel
 from planner.solve.baselines import baseline_restrictions
 from planner.solve.costs import build_problem
@@ -52,11 +54,25 @@ def test_exhaustive_agrees_when_registers_bind() -> None:
 
 def test_exhaustive_agrees_when_versions_trade_against_capacity() -> None:
     t = with_capacity(target("apple-m2"), "threadgroup_memory", 6400)
-    plan = plan_kernel(kernel("manual_gemm"), t, bindings("manual_gemm"))
-    best, _ = exhaustive_optimum(build_problem(kernel("manual_gemm"), t,
-                                               bindings("manual_gemm")))
+    k = make_manual_gemm(GemmConfig(), resource=mem.shared)
+    plan = plan_kernel(k, t, bindings("manual_gemm"))
+    best, _ = exhaustive_optimum(build_problem(k, t, bindings("manual_gemm")))
     assert plan.objective == best
     assert sorted(m.versions for m in plan.memories) == [1, 2]
+
+
+def test_auto_memory_home_is_chosen_by_capacity_and_cost() -> None:
+    # With threadgroup memory for only one version of one operand, an auto_ Memory may
+    # live in device memory (a legal, accessible home with room): the planner trades the
+    # device traffic against the versions' stalls, and enumeration agrees.
+    t = with_capacity(target("apple-m2"), "threadgroup_memory", 2400)
+    k = kernel("manual_gemm")
+    plan = plan_kernel(k, t, bindings("manual_gemm"))
+    best, _ = exhaustive_optimum(build_problem(k, t, bindings("manual_gemm")))
+    assert plan.status is Status.OPTIMAL and plan.objective == best
+    assert "device_memory" in {m.resource for m in plan.memories}
+    shared = make_manual_gemm(GemmConfig(), resource=mem.shared)
+    assert plan_kernel(shared, t, bindings("manual_gemm")).status is Status.INFEASIBLE
 
 
 @pytest.mark.parametrize("seed", [2, 4, 5, 6])

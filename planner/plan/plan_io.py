@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner.errors import Diagnostic, PlannerError
-from planner.solve.plan import (
+from planner.plan.decisions import (
     Baseline,
     Decision,
     EdgePlan,

@@ -1,6 +1,6 @@
 """Symbolic index expressions as z3 integer terms, with the symbols' bounds.
 
-Every proof in :mod:`planner.solve.proofs` asks z3 for a *counterexample*: an
+Every proof in :mod:`planner.prove.proofs` asks z3 for a *counterexample*: an
 assignment of the kernel's free symbols (extents such as ``M``, region indices such
 as ``%gm``) that breaks a property.  :class:`SymbolSpace` owns that assignment's
 variables:

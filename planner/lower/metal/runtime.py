@@ -1,8 +1,8 @@
 """Run an emitted Metal kernel in the emulator on numpy arrays.
 
 :func:`run_msl` is the Metal counterpart of calling the CPU backend: it emits the
-kernel (:func:`planner.lower.msl_emitter.emit_msl`), compiles it with
-:func:`planner.lower.metal_emulator.compile_msl` (cached by content hash), binds the
+kernel (:func:`planner.lower.metal.emitter.emit_msl`), compiles it with
+:func:`planner.lower.metal.emulator.compile_msl` (cached by content hash), binds the
 kernel's views to device buffers and its symbols to ``constant long&`` scalars in the
 parameter order the emitter chose, dispatches one threadgroup per parallel instance
 and returns the writable views.  The caller's arrays are never modified.
@@ -22,9 +22,9 @@ from planner.catalog import Target
 from planner.errors import error
 from planner.ir.core import Kernel
 from planner.ir.interpreter import bind_symbols
-from planner.lower.metal_emulator import Order, RunReport, compile_msl
-from planner.lower.msl_emitter import MslKernel, emit_msl
-from planner.solve.plan import MaterializationPlan
+from planner.lower.metal.emitter import MslKernel, emit_msl
+from planner.lower.metal.emulator import Order, RunReport, compile_msl
+from planner.plan.decisions import MaterializationPlan
 
 __all__ = ["MslRun", "dispatch", "run_msl", "run_msl_kernel"]
 
@@ -92,7 +92,7 @@ def run_msl(kernel: Kernel, plan: MaterializationPlan | None, target: Target,
     ``arrays`` holds one array per view (as for the reference interpreter); symbols
     are bound from their shapes and ``bindings``.  Raises :class:`PlannerError` when
     the target cannot honour the plan, and
-    :class:`~planner.lower.metal_emulator.KernelFault` when the kernel faults, diverges
+    :class:`~planner.lower.metal.emulator.KernelFault` when the kernel faults, diverges
     at a barrier or times out.
     """
     return dispatch(kernel, plan, target, arrays, bindings, order).outputs

@@ -1,8 +1,8 @@
 """Metal Shading Language from the loop program: the Metal backend's emitter.
 
 The emitter prints one ``kernel void`` per planned kernel from the same target-neutral
-:class:`~planner.lower.loop_program.LoopProgram` the CPU backend consumes.  Spellings
-come from :mod:`planner.lower.msl_tables`; this module decides where every buffer
+:class:`~planner.lower.loops.program.LoopProgram` the CPU backend consumes.  Spellings
+come from :mod:`planner.lower.metal.tables`; this module decides where every buffer
 lives, which thread computes which element, and where the threads must meet.
 
 Execution mapping
@@ -83,7 +83,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planner.catalog import Resource, Target, normalize_class
+from planner.catalog import Resource, Target
 from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import Kernel, ReduceFn
@@ -91,10 +91,11 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, ceil_div, mul, product
 from planner.ir.layout import dense
 from planner.ir.types import ViewType
-from planner.lower import loop_program as lp
-from planner.lower import msl_tables as tb
-from planner.lower.msl_tables import Space
-from planner.solve.plan import MaterializationPlan, Status
+from planner.lower.loops import program as lp
+from planner.lower.metal import tables as tb
+from planner.lower.metal.tables import Space
+from planner.plan.decisions import MaterializationPlan, Status
+from planner.realize.binding import ExecutionBinding, bind_execution
 
 __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
 
@@ -371,15 +372,6 @@ def _check_target(target: Target) -> None:
                     rule="backend")
 
 
-def _parallel_scopes(kernel: Kernel, target: Target) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for op in kernel.body.walk():
-        if isinstance(op, core.ParallelOp):
-            out[op.label] = (target.default_parallel_scope if op.scope == "AUTOMATIC"
-                             else op.scope)
-    return out
-
-
 def _memory_bytes(op: core.AllocOp, env: Mapping[str, int]) -> int | None:
     try:
         return op.layout.storage_elements(env) * op.dtype.itemsize
@@ -392,22 +384,21 @@ def _memory_name(op: core.AllocOp) -> str:
 
 
 def _check_memories(kernel: Kernel, plan: MaterializationPlan | None, target: Target,
-                    env: Mapping[str, int]) -> None:
+                    env: Mapping[str, int], binding: ExecutionBinding) -> None:
     """S17 on explicit Memory: a home of the requested class at the owner's scope, and
     group memory within capacity (checked before the plan, which may be infeasible)."""
-    scopes = _parallel_scopes(kernel, target)
+    placed = {m.name: m.resource for m in plan.memories} if plan is not None else {}
     versions = {m.name: m.versions for m in plan.memories} if plan is not None else {}
     per_home: dict[str, list[tuple[str, int, int]]] = {}
     for op in kernel.body.walk():
         if not isinstance(op, core.AllocOp):
             continue
         name = _memory_name(op)
-        owner = target.root_scope.name if op.owner == "kernel" else scopes.get(
-            op.owner, target.default_parallel_scope)
-        cls = normalize_class(op.resource)
+        mb = binding.memory(op)
+        owner, cls = mb.owner_scope, mb.resource_class
         nbytes = _memory_bytes(op, env)
         size = f"{nbytes:,} B" if nbytes is not None else "a size the plan does not bind"
-        res = target.resolve(cls, owner)
+        res = mb.home_named(placed.get(name))
         if res is None:
             homes = ", ".join(f"{r.name} (per {r.instance_scope})"
                               for r in target.resources_for_class(cls)) or "none"
@@ -437,7 +428,7 @@ def _check_memories(kernel: Kernel, plan: MaterializationPlan | None, target: Ta
 
 class _Emitter:
     def __init__(self, kernel: Kernel, program: lp.LoopProgram, target: Target,
-                 env: Mapping[str, int], threads: int) -> None:
+                 env: Mapping[str, int], threads: int, binding: ExecutionBinding) -> None:
         if not 1 <= threads <= 1024:
             raise _fail(f"threads_per_group {threads} is outside Metal's 1..1024",
                         rule="msl-dispatch")
@@ -449,6 +440,7 @@ class _Emitter:
         self.kernel = kernel
         self.program = program
         self.target = target
+        self.binding = binding
         self.env = dict(env)
         self.threads = threads
         self.segment = program.segments[0]
@@ -471,7 +463,7 @@ class _Emitter:
         seg = self.segment
         if not seg.parallel:
             return
-        scope = _parallel_scopes(self.kernel, self.target).get(seg.label)
+        scope = self.binding.parallel_scope.get(seg.label)
         group = self.target.default_parallel_scope
         if scope is not None and scope != group:
             raise _fail(f"parallel {seg.label} is bound to scope {scope}: the Metal backend "
@@ -1425,9 +1417,10 @@ def emit_msl(kernel: Kernel, plan: MaterializationPlan | None, target: Target, *
                         rule="msl-subset")
     env: dict[str, int] = dict(plan.bindings) if plan is not None else {}
     env.update(sizes or {})
-    _check_memories(kernel, plan, target, env)
+    binding = bind_execution(kernel, target, env)
+    _check_memories(kernel, plan, target, env, binding)
     if plan is not None and plan.status is Status.INFEASIBLE:
         raise _fail(f"the plan for {kernel.name} on {target.name} is infeasible: "
                     + "; ".join(plan.explanation or ("no explanation",)), rule="infeasible")
-    program = lp.build_loop_program(kernel, plan, target)
-    return _Emitter(kernel, program, target, env, threads_per_group).emit()
+    program = lp.build_loop_program(kernel, plan, target, binding)
+    return _Emitter(kernel, program, target, env, threads_per_group, binding).emit()

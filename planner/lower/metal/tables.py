@@ -1,6 +1,6 @@
 """Metal Shading Language spellings: the Metal renderer is mostly data (STYLE pattern 9).
 
-Everything :mod:`planner.lower.msl_emitter` prints that is a matter of *spelling* lives
+Everything :mod:`planner.lower.metal.emitter` prints that is a matter of *spelling* lives
 here as tables: element types, address-space qualifiers, the barrier and its memory
 flags, operator and library templates, literal spellings, parameter declarations and
 the small helper functions a kernel may need.  The emitter decides *what* to print

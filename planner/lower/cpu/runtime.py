@@ -1,11 +1,20 @@
-"""Compile a kernel under a plan for the host CPU and call it on numpy arrays.
+"""Compile a kernel under a plan for its target CPU and call it on numpy arrays.
 
-:func:`compile_kernel` builds the loop program (:mod:`planner.lower.loop_program`),
-emits LLVM IR (:mod:`planner.lower.cpu_codegen`), optimizes it at O3 for the host CPU
-name and features and JIT-compiles it (:mod:`planner.lower.llvm_jit`).  Compiled code
-is cached in memory by the content hash of the kernel's printed IR, the plan, the
-target and the host, so compiling the same kernel and plan again is free; the JIT
-layer additionally caches by IR text.
+:func:`compile_kernel` builds the loop program (:mod:`planner.lower.loops.program`),
+emits LLVM IR (:mod:`planner.lower.cpu.codegen`) with the target catalog's vector width
+and register budget, optimizes it at O3 for the catalog's LLVM CPU name and features
+(``cpu.llvm_cpu``, ``cpu.llvm_features``; never the host's) and JIT-compiles it
+(:mod:`planner.lower.cpu.jit`).  A target without a ``cpu`` section (a Metal or
+planning-only catalog) is compiled with the figures of :data:`DEFAULT_TARGET`.  Compiled
+code is cached in memory by the content hash of the kernel's printed IR, the plan, the
+target and the compilation spec, so compiling the same kernel and plan again is free;
+the JIT layer additionally caches by IR text.
+
+Code for a target whose features this machine lacks (an x86-avx512 plan on an
+AVX2-only host) still compiles, so its IR and assembly can be inspected, but calling
+it raises a :class:`~planner.errors.PlannerError` (kind ``unsupported``) naming the
+target, the missing features and the host CPU instead of dying on an illegal
+instruction.
 
 Calling a :class:`CompiledKernel` binds the kernel's symbols from the arrays' shapes
 (exactly like the reference interpreter), checks every array (dtype, rank, a unit
@@ -38,10 +47,17 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
-from planner.lower.cpu_codegen import CodegenConfig, ModuleInfo, emit_program
-from planner.lower.llvm_jit import CompiledModule, compile_module, host_target
-from planner.lower.loop_program import LoopProgram, build_loop_program
-from planner.solve.plan import MaterializationPlan
+from planner.lower.cpu.codegen import CodegenConfig, ModuleInfo, emit_program
+from planner.lower.cpu.jit import (
+    CompiledModule,
+    TargetSpec,
+    catalog_target,
+    compile_module,
+    host_target,
+    missing_features,
+)
+from planner.lower.loops.program import LoopProgram, build_loop_program
+from planner.plan.decisions import MaterializationPlan
 
 __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache"]
 
@@ -59,8 +75,9 @@ class _Code:
     program: LoopProgram
     module: CompiledModule
     info: ModuleInfo
-    functions: tuple[Any, ...]
+    functions: tuple[Any, ...]  # empty when ``refusal`` is set
     emitted_ir: str
+    refusal: str | None = None  # why this machine must not run the code
 
 
 class KernelCache:
@@ -135,8 +152,28 @@ def _resolve_target(target: object, plan: MaterializationPlan | None) -> Any:
         return None
 
 
+def _cpu_target(tgt: Any) -> Any:
+    """The target whose ``cpu`` section the code is compiled for: ``tgt``, or the default
+    target when ``tgt`` is None or has no ``cpu`` section."""
+    if tgt is not None and getattr(tgt, "cpu", None) is not None:
+        return tgt
+    from planner.catalog import DEFAULT_TARGET, CatalogRegistry
+
+    return CatalogRegistry.from_environment().get(DEFAULT_TARGET)
+
+
+def _refusal(name: str, spec: TargetSpec) -> str | None:
+    missing = missing_features(spec)
+    if not missing:
+        return None
+    return (f"cannot run code for target {name!r} on this machine: the host CPU "
+            f"{host_target().cpu!r} lacks {', '.join(missing)} (the target's "
+            f"cpu.llvm_features); inspect it with 'planner lower --emit asm', or plan for "
+            f"--target host")
+
+
 def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
-               config: CodegenConfig) -> str:
+               config: CodegenConfig, spec: TargetSpec) -> str:
     h = hashlib.sha256()
     h.update(print_kernel(kernel, PrintOptions(locations=False)).encode())
     h.update(b"\0plan\0")
@@ -144,7 +181,7 @@ def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
     h.update(repr(plan.memories if plan is not None else None).encode())
     h.update(b"\0target\0")
     h.update(str(getattr(target, "content_hash", "") or getattr(target, "name", "")).encode())
-    h.update(b"\0host\0" + host_target().key.encode())
+    h.update(b"\0spec\0" + spec.key.encode())
     h.update(f"\0{config!r}\0{_CODEGEN_VERSION}".encode())
     return h.hexdigest()
 
@@ -152,26 +189,32 @@ def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
 def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: object = None,
                    threads: int | None = None, *, cache: KernelCache | None = None,
                    config: CodegenConfig | None = None) -> CompiledKernel:
-    """Compile ``kernel`` under ``plan`` for the host CPU.
+    """Compile ``kernel`` under ``plan`` for the target's CPU (never the host's).
 
     ``target`` is a catalog :class:`~planner.catalog.Target` or its name (default: the
-    plan's target); it names the resources and sizes the worker pool
-    (``costs.concurrent_instances``); ``threads`` overrides the pool size.
+    plan's target); it names the resources, sizes the worker pool
+    (``costs.concurrent_instances``) and, through its ``cpu`` section and register
+    capacity, fixes the vector width, the register budget and the LLVM CPU and features
+    (``config`` overrides the first two); ``threads`` overrides the pool size.
     """
     tgt = _resolve_target(target, plan)
+    cpu_tgt = _cpu_target(tgt)
+    spec = catalog_target(cpu_tgt.cpu)
     if config is None:
-        config = CodegenConfig.for_host()
-    key = _cache_key(kernel, plan, tgt, config)
+        config = CodegenConfig.for_target(cpu_tgt)
+    key = _cache_key(kernel, plan, tgt, config, spec)
     use = cache if cache is not None else default_kernel_cache()
     code = use.get(key)
     if code is None:
         program = build_loop_program(kernel, plan, tgt)
         module, info = emit_program(program, config)
         text = str(module)
-        compiled = compile_module(text)
-        fns = tuple(compiled.ctypes_function(name, None, [_I64, _I64, _P, _P, _P, _P, _P, _P])
-                    for name in info.functions)
-        code = use.put(key, _Code(program, compiled, info, fns, text))
+        compiled = compile_module(text, target=spec)
+        refusal = _refusal(cpu_tgt.name, spec)
+        fns = () if refusal else tuple(
+            compiled.ctypes_function(name, None, [_I64, _I64, _P, _P, _P, _P, _P, _P])
+            for name in info.functions)
+        code = use.put(key, _Code(program, compiled, info, fns, text, refusal))
     if threads is None:
         costs = getattr(tgt, "costs", None)
         threads = int(costs.concurrent_instances) if costs is not None else _machine_threads()
@@ -179,7 +222,7 @@ def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: obj
 
 
 class CompiledKernel:
-    """A kernel compiled for the host; call it with the view arrays.
+    """A kernel compiled for its target's CPU; call it with the view arrays.
 
     ``kernel(X=x, Y=y)`` or ``kernel({"X": x, "Y": y})``; ``bindings=`` supplies symbols
     no view extent binds; ``threads=`` overrides the worker count for one call.
@@ -219,7 +262,18 @@ class CompiledKernel:
 
     @property
     def asm(self) -> str:
+        """Assembly of the code, for the target's LLVM CPU and features."""
         return self._code.module.asm
+
+    @property
+    def target_spec(self) -> TargetSpec:
+        """The triple, LLVM CPU name and features the code was compiled for."""
+        return self._code.module.target
+
+    @property
+    def runnable(self) -> bool:
+        """Whether this machine has every feature the code was compiled with."""
+        return self._code.refusal is None
 
     def with_threads(self, threads: int) -> CompiledKernel:
         return CompiledKernel(self.kernel, self._code, max(1, int(threads)))
@@ -236,6 +290,8 @@ class CompiledKernel:
     def run(self, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int] | None = None,
             threads: int | None = None) -> dict[str, np.ndarray]:
         prog = self._code.program
+        if self._code.refusal is not None:
+            raise error(self._code.refusal, kind="unsupported")
         arrays = self._complete(dict(arrays), bindings)
         env = bind_symbols(self.kernel, arrays, bindings)
         views, strides, outputs = self._views(arrays)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from planner.ir.expr import floordiv, sym
 from planner.ir.layout import Layout, XorSwizzle, dense, strided
-from planner.solve.z3_exprs import SymbolSpace
-from planner.solve.z3_layout import (
+from planner.prove.z3_exprs import SymbolSpace
+from planner.prove.z3_layout import (
     ENUMERATION_LIMIT,
     concrete_storage,
     prove_in_bounds,
@@ -159,7 +159,7 @@ def test_s20_zero_divisor_makes_the_map_not_total():
 
 
 def test_composed_encoding_finds_the_same_out_of_bounds_witness():
-    from planner.solve.z3_layout import _z3_in_bounds_composed
+    from planner.prove.z3_layout import _z3_in_bounds_composed
 
     lay = strided((4, 4), (s, 1), (XorSwizzle(1, 0, 1),))
     v = _z3_in_bounds_composed(lay, space(s=(-8, 8)), 2000)
@@ -171,7 +171,7 @@ def test_composed_encoding_finds_the_same_out_of_bounds_witness():
 
 
 def test_unknown_is_reported_honestly_when_z3_gives_up():
-    from planner.solve.z3_layout import _z3_injective
+    from planner.prove.z3_layout import _z3_injective
 
     # The direct (non-criterion) query on a rank-3 symbolic dense layout is nonlinear and
     # takes z3 about a second; with a 1 ms limit it must say unknown, not proved.
@@ -192,7 +192,7 @@ layouts = st.builds(
 @settings(max_examples=25)
 @given(layouts)
 def test_z3_injectivity_matches_enumeration(lay):
-    from planner.solve.z3_layout import _z3_injective
+    from planner.prove.z3_layout import _z3_injective
 
     expected = lay.injectivity_counterexample({}) is None
     v = _z3_injective(lay, space(), 5000, swizzled=True)

@@ -5,12 +5,10 @@ returns a :class:`ProofReport` with one :class:`ProofResult` per obligation, eac
 ``proved``, ``refuted`` (with a counterexample) or ``unknown`` (z3 gave up within the
 time limit; never silently treated as proved).
 
-Execution binding.  Every op executes at the scope its innermost enclosing
-``parallel`` binds to: an explicit scope name, or for ``AUTOMATIC`` the target's
-``default_parallel_scope`` at the top level and the first child of the parent's scope
-when nested.  Ops outside every parallel execute at the root scope.  A Memory's owner
-scope is the scope of its owner parallel (the kernel root for ``"kernel"``), and its
-resource is ``target.resolve(class, owner scope)``.
+Execution binding.  Scopes, owners and each Memory's legal homes come from
+:func:`planner.realize.bind_execution`, the one place that binds parallels to target
+scopes; a Memory is checked in the home the plan chose for it (``placements``), or in
+its nearest legal home when no plan is given.
 
 The obligations, in the order S14 asks for (addressing before capacity):
 
@@ -42,7 +40,7 @@ The obligations, in the order S14 asks for (addressing before capacity):
 ``injectivity`` (S13) and ``bounds`` (S20)
     Each Memory layout is injective on its domain, and every element (every active
     event of its whole-tile loads and stores) lands in ``[0, storage)`` with every
-    divisor non-zero; see :mod:`planner.solve.z3_layout` for XOR swizzles.
+    divisor non-zero; see :mod:`planner.prove.z3_layout` for XOR swizzles.
 
 Unbound symbols range over ``symbol_bounds`` (default ``0 ≤ s ≤ 2**31 - 1``); region
 indices range over ``[0, extent)`` of their region; ``bindings`` fix values.  Every
@@ -61,12 +59,13 @@ import z3
 from planner.catalog import AUTO, Operation, Resource, Target, normalize_class
 from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, Severity, SourceLoc
 from planner.ir import core
-from planner.ir.core import AllocOp, Axis, Kernel, LoopOp, Op, ParallelOp
+from planner.ir.core import AllocOp, Kernel, Op
 from planner.ir.expr import Expr, IntLike, as_expr, mul
 from planner.ir.types import TileType, ViewType
 from planner.ir.verify import value_name
-from planner.solve import z3_layout
-from planner.solve.z3_exprs import INT64_MAX, SymbolSpace, check
+from planner.prove import z3_layout
+from planner.prove.z3_exprs import INT64_MAX, SymbolSpace, check
+from planner.realize.binding import ExecutionBinding, OpContext, bind_execution
 
 PROOF_NAMES: tuple[str, ...] = ("can_access", "factorization", "int64", "capacity",
                                 "injectivity", "bounds")
@@ -160,86 +159,6 @@ class ProofReport:
                 "results": [r.to_json() for r in self.results]}
 
 
-# --------------------------------------------------------------------------- binding
-
-
-@dataclass(frozen=True)
-class OpContext:
-    """Where an op runs: its executing scope, enclosing parallels and region axes."""
-
-    scope: str
-    parallels: tuple[str, ...]  # labels, outermost first
-    axes: tuple[Axis, ...]  # every enclosing region's axes, outermost first
-
-
-@dataclass
-class ExecutionBinding:
-    """The scope every parallel binds to and the context of every op."""
-
-    root: str
-    parallel_scope: dict[str, str] = field(default_factory=dict)
-    parallel_parent: dict[str, str] = field(default_factory=dict)  # label -> label|"kernel"
-    contexts: dict[int, OpContext] = field(default_factory=dict)
-    problems: list[ProofResult] = field(default_factory=list)
-
-    def context(self, op: Op) -> OpContext:
-        return self.contexts[id(op)]
-
-    def owner_scope(self, alloc: AllocOp) -> str:
-        return self.parallel_scope.get(alloc.owner, self.root)
-
-
-def bind_execution(kernel: Kernel, target: Target) -> ExecutionBinding:
-    """Bind every parallel region to a target scope and record each op's context."""
-    binding = ExecutionBinding(target.root_scope.name)
-    _bind_block(kernel.body, OpContext(binding.root, (), ()), target, binding)
-    return binding
-
-
-def _bind_block(block: core.Block, ctx: OpContext, target: Target,
-                binding: ExecutionBinding) -> None:
-    for op in block.ops:
-        binding.contexts[id(op)] = ctx
-        if isinstance(op, ParallelOp):
-            scope = _bind_parallel(op, ctx, target, binding)
-            binding.parallel_scope[op.label] = scope
-            binding.parallel_parent[op.label] = ctx.parallels[-1] if ctx.parallels else "kernel"
-            inner = OpContext(scope, (*ctx.parallels, op.label), (*ctx.axes, *op.axes))
-            _bind_block(op.body, inner, target, binding)
-        elif isinstance(op, LoopOp):
-            _bind_block(op.body, OpContext(ctx.scope, ctx.parallels, (*ctx.axes, *op.axes)),
-                        target, binding)
-
-
-def _bind_parallel(op: ParallelOp, ctx: OpContext, target: Target,
-                   binding: ExecutionBinding) -> str:
-    nested = bool(ctx.parallels)
-    below = target.children(ctx.scope) if nested else ()
-    automatic = (below[0].name if below else ctx.scope) if nested \
-        else target.default_parallel_scope
-    subject = f"parallel {op.label}"
-
-    def problem(detail: str) -> None:
-        binding.problems.append(ProofResult("factorization", subject, REFUTED, detail,
-                                            None, op.loc, "S20"))
-
-    if op.scope == "AUTOMATIC":
-        if nested and not below:
-            problem(f"nested AUTOMATIC parallel inside a region bound to {ctx.scope!r}: "
-                    f"target {target.name} has no scope below {ctx.scope!r}")
-        return automatic
-    known = [s.name for s in target.scopes]
-    if op.scope not in known:
-        problem(f"scope {op.scope!r} is not a scope of target {target.name} "
-                f"(scopes: {', '.join(known)})")
-        return automatic
-    if nested and (op.scope == ctx.scope or not target.is_ancestor_or_self(ctx.scope,
-                                                                            op.scope)):
-        problem(f"bound to {op.scope!r}, which is not below the enclosing parallel's scope "
-                f"{ctx.scope!r}: a nested parallel must refine its parent's instances")
-    return op.scope
-
-
 # --------------------------------------------------------------------------- allocations
 
 
@@ -259,11 +178,8 @@ class _Alloc:
     resource: Resource | None  # what target.resolve chose
     candidate: Resource | None  # resolved, or the nearest resource of the class that failed
     accesses: list[_Access] = field(default_factory=list)
+    homes: tuple[Resource, ...] = ()  # every legal home (the planner chooses among them)
     slices: int | None = 1  # owner instances per resource instance (None: unbounded)
-
-
-def _alloc_name(alloc: AllocOp) -> str:
-    return alloc.memory.name_hint or f"memory@{alloc.loc.line}"
 
 
 def _class_name(alloc: AllocOp) -> str:
@@ -291,13 +207,16 @@ def _candidate(target: Target, cls: str, owner: str) -> Resource | None:
 def prove_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
                  symbol_bounds: Mapping[str, tuple[int, int]] | None = None,
                  time_limit_ms: int = 2000,
-                 extra_occupants: Iterable[tuple[str, str, IntLike]] = ()) -> ProofReport:
+                 extra_occupants: Iterable[tuple[str, str, IntLike]] = (),
+                 placements: Mapping[str, str] | None = None,
+                 binding: ExecutionBinding | None = None) -> ProofReport:
     """Prove or refute every target-dependent obligation of ``kernel`` on ``target``.
 
     ``bindings`` fixes symbol values; other symbols range over ``symbol_bounds``
     (inclusive ``(lo, hi)``, default ``(0, 2**31 - 1)``).  ``extra_occupants`` are the
     planner's temporaries, ``(name, resource name, bytes)``, charged to every instance
-    of that resource.  Each z3 query gets ``time_limit_ms``.
+    of that resource.  ``placements`` maps a Memory's name to the home the plan chose
+    (default: its nearest legal home).  Each z3 query gets ``time_limit_ms``.
     """
     start = time.perf_counter()
     for name, (lo, hi) in (symbol_bounds or {}).items():
@@ -306,7 +225,7 @@ def prove_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                                           "every proof would hold vacuously", kernel.loc),
                                kind="invalid")
     prover = _Prover(kernel, target, dict(bindings or {}), dict(symbol_bounds or {}),
-                     time_limit_ms, tuple(extra_occupants))
+                     time_limit_ms, tuple(extra_occupants), binding, placements)
     results = prover.run()
     placements = tuple((a.name, a.resource.name if a.resource else None)
                        for a in prover.allocs)
@@ -317,12 +236,15 @@ def prove_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
 class _Prover:
     def __init__(self, kernel: Kernel, target: Target, bindings: dict[str, int],
                  symbol_bounds: dict[str, tuple[int, int]], time_limit_ms: int,
-                 extra: tuple[tuple[str, str, IntLike], ...]) -> None:
+                 extra: tuple[tuple[str, str, IntLike], ...],
+                 binding: ExecutionBinding | None = None,
+                 placements: Mapping[str, str] | None = None) -> None:
         self.kernel, self.target = kernel, target
         self.bindings, self.bounds = bindings, symbol_bounds
         self.limit = time_limit_ms
         self.extra = extra
-        self.binding = bind_execution(kernel, target)
+        self.binding = binding or bind_execution(kernel, target, bindings)
+        self.placements = dict(placements or {})
         self.ctx = z3.Context()  # one private z3 context per run: proofs run from any thread
         self.allocs: list[_Alloc] = []
         self.results: list[ProofResult] = []
@@ -340,7 +262,8 @@ class _Prover:
                                         tuple(notes), (time.perf_counter() - started) * 1e3))
 
     def run(self) -> list[ProofResult]:
-        self.results.extend(self.binding.problems)
+        self.results.extend(ProofResult("factorization", p.subject, REFUTED, p.detail, None,
+                                        p.loc, p.rule) for p in self.binding.problems)
         self.collect_allocs()
         self.check_can_access()
         for a in self.allocs:
@@ -356,30 +279,17 @@ class _Prover:
     # ------------------------------------------------------------------ gathering
 
     def collect_allocs(self) -> None:
-        by_value: dict[int, _Alloc] = {}
-        feeds_mma = {id(v) for op in self.kernel.walk() if isinstance(op, core.MmaOp)
-                     for v in (op.a, op.b)}
-        for op in self.kernel.walk():
-            if isinstance(op, AllocOp):
-                owner = self.binding.owner_scope(op)
-                cls = _class_name(op)
-                res = self.target.resolve(cls, owner)
-                info = _Alloc(op, _alloc_name(op), owner, res,
-                              res or _candidate(self.target, cls, owner))
-                by_value[id(op.memory)] = info
-                self.allocs.append(info)
-            elif isinstance(op, (core.MemStoreOp, core.MemLoadOp)):
-                info = by_value.get(id(op.memory))
-                if info is None:
-                    continue
-                scope = self.binding.context(op).scope
-                if isinstance(op, core.MemStoreOp):
-                    info.accesses.append(_Access(op, scope, Operation.WRITE))
-                else:
-                    note = ("; the snapshot feeds tile.mma: checked as a read (reading the "
-                            "operand in place with mma_read is a planner choice)"
-                            if id(op.result) in feeds_mma else "")
-                    info.accesses.append(_Access(op, scope, Operation.READ, note))
+        for mb in self.binding.memory_bindings():
+            res = mb.home_named(self.placements.get(mb.name))
+            info = _Alloc(mb.alloc, mb.name, mb.owner_scope, res,
+                          res or _candidate(self.target, mb.resource_class, mb.owner_scope),
+                          homes=mb.homes)
+            for acc in mb.accesses:
+                note = ("; the snapshot feeds tile.mma: checked as a read (reading the "
+                        "operand in place with mma_read is a planner choice)"
+                        if acc.feeds_mma else "")
+                info.accesses.append(_Access(acc.op, acc.scope, acc.operation, note))
+            self.allocs.append(info)
 
     # ------------------------------------------------------------------ 1. can_access
 
@@ -409,6 +319,17 @@ class _Prover:
             if a.candidate is None:
                 cls = _class_name(a.op)
                 have = sorted({r.resource_class for r in self.target.resources})
+                if cls != AUTO and cls not in self.target.class_names:  # S6: not this catalog's
+                    own = [c.name for c in self.target.classes]
+                    builtin = list(dict.fromkeys(r.resource_class for r in self.target.resources
+                                                 if r.resource_class not in own))
+                    self.add("can_access", f"memory %{a.name}", REFUTED,
+                             f"Memory %{a.name} (line {a.op.loc.line}) names resource class "
+                             f"{cls!r}, which target {self.target.name}'s catalog does not "
+                             f"define (its classes: built-in {', '.join(builtin) or 'none'}; "
+                             f"catalog-defined {', '.join(own) or 'none'})", None, a.op.loc,
+                             "S6", started)
+                    continue
                 self.add("can_access", f"memory %{a.name}", REFUTED,
                          f"target {self.target.name} has no resource of class {cls!r} "
                          f"for a Memory owned at {a.owner_scope!r} (classes with resources: "
@@ -942,10 +863,7 @@ def _when(values: Mapping[str, int]) -> str:
 
 __all__ = [
     "PROOF_NAMES",
-    "ExecutionBinding",
-    "OpContext",
     "ProofReport",
     "ProofResult",
-    "bind_execution",
     "prove_kernel",
 ]

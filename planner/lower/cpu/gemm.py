@@ -50,7 +50,9 @@ B → ``ic`` (MC rows) → pack an MC×KC block of A → ``jr`` (NR columns) →
   AVX2 (Zen 3, the project's machine kind) the tile is **6×16** with ``<8 x float>``:
   12 ymm accumulators + 2 B vectors + 1 broadcast = 15 of 16 registers. On AVX-512
   hosts it is **8×32** with ``<16 x float>`` (16 zmm accumulators); same code, other
-  parameters (:meth:`GemmConfig.for_target`).
+  parameters (:meth:`GemmConfig.for_target` for the host's standalone sgemm,
+  :meth:`GemmConfig.for_figures` for a plan: the target catalog's vector width and
+  register budget, never the host's).
 * **Packing** is what makes this fast (the project's measurements: register blocking
   without packing falls to ~0.2× numpy at n = 1024 through cache/TLB conflicts): packed
   A is stored as MR-row slivers (``Ap[i][k][r]``) and packed B as NR-column slivers
@@ -100,7 +102,15 @@ from typing import Any
 import llvmlite.ir as ir
 import numpy as np
 
-from planner.lower.llvm_helpers import (
+from planner.lower.cpu.jit import (
+    CompiledModule,
+    JitCache,
+    TargetSpec,
+    compile_module,
+    declare_intrinsic,
+    host_target,
+)
+from planner.lower.cpu.llvm_helpers import (
     F32,
     F32P,
     I1,
@@ -116,14 +126,6 @@ from planner.lower.llvm_helpers import (
     smin,
     splat,
     transpose,
-)
-from planner.lower.llvm_jit import (
-    CompiledModule,
-    JitCache,
-    TargetSpec,
-    compile_module,
-    declare_intrinsic,
-    host_target,
 )
 
 __all__ = [
@@ -162,6 +164,20 @@ class GemmConfig:
     @classmethod
     def avx512(cls) -> GemmConfig:
         return cls(mr=8, nr=32, vw=16, mc=192, kc=384, nc=4096)
+
+    @classmethod
+    def for_figures(cls, vector_width: int, registers: int) -> GemmConfig:
+        """The tile for ``registers`` vector registers of ``vector_width`` fp32 lanes (a
+        target catalog's figures): MR·NR/VW accumulators + NR/VW B vectors + 1 broadcast
+        must fit, NR = 2·VW.  The AVX2 tile for 8 lanes and ≥ 15 registers, the AVX-512
+        tile for 16 lanes and ≥ 19; otherwise MR as large as fits (at most 8)."""
+        if vector_width == 16 and registers >= 19:
+            return cls.avx512()
+        if vector_width == 8 and registers >= 15:
+            return cls.avx2()
+        mr, nr = max(1, min(8, (registers - 3) // 2)), 2 * vector_width
+        return cls(mr=mr, nr=nr, vw=vector_width, mc=mr * max(1, 144 // mr), kc=256,
+                   nc=nr * max(1, 4080 // nr))
 
     @classmethod
     def for_target(cls, spec: TargetSpec | None = None) -> GemmConfig:

@@ -92,7 +92,7 @@ from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names
 from planner.ir.layout import Layout, XorSwizzle, dense
 from planner.ir.printer import Printer, PrintOptions, ValueNamer, format_float
 from planner.ir.types import MemoryType, StateType, TileType, ViewType
-from planner.solve.plan import (
+from planner.plan.decisions import (
     Decision,
     EdgePlan,
     LayoutChoice,
@@ -100,6 +100,7 @@ from planner.solve.plan import (
     MemoryPlan,
     Status,
 )
+from planner.realize.binding import ExecutionBinding, bind_execution
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -803,6 +804,10 @@ def plan_edge_map(kernel: Kernel, plan: MaterializationPlan | None,
 
 _INLINABLE = (core.LoadOp, core.FullOp, core.IotaOp, core.UnaryOp, core.BinaryOp,
               core.SelectOp, core.CastOp, core.BroadcastOp, core.TransposeOp, core.MemLoadOp)
+#: Ops a recomputation re-derives (``planner.solve.costs.is_recomputable_kind``): a
+#: Memory snapshot, a reduction, an mma result or a loop carry stops the chain.
+_REDERIVABLE = tuple(c for c in _INLINABLE if c is not core.MemLoadOp)
+_DECIDED = object()  # _Builder.mode outside a recomputation
 _STORING = (Decision.VIRTUAL, Decision.MATERIALIZED)
 _REDUCE_IDENTITY = {ReduceFn.SUM: 0.0, ReduceFn.MAX: float("-inf")}
 _REDUCE_COMBINE = {ReduceFn.SUM: BinaryFn.ADD, ReduceFn.MAX: BinaryFn.MAX}
@@ -841,10 +846,17 @@ class _Ctx:
 
 class _Builder:
     def __init__(self, kernel: Kernel, plan: MaterializationPlan | None,
-                 target: Target | None) -> None:
+                 target: Target | None, binding: ExecutionBinding | None = None) -> None:
         self.kernel = kernel
         self.plan = plan
         self.target = target
+        if binding is None and target is not None:
+            binding = bind_execution(kernel, target, dict(plan.bindings) if plan else None)
+        self.binding = binding
+        if self.binding is not None and self.binding.problems:
+            p = self.binding.problems[0]
+            raise error(f"{p.subject}: {p.detail}; the lowering does not re-bind or re-own "
+                        "it", p.loc, rule=p.rule, kind=_KIND)
         namer = ValueNamer()
         Printer(PrintOptions(locations=False), namer).print_kernel(kernel)
         self.namer = namer
@@ -865,6 +877,11 @@ class _Builder:
         self.loop_stack: list[LoopOp] = []
         self.pending_barriers: list[Barrier] = []
         self._temp = 0
+        self.stored_views = {op.view for op in kernel.walk() if isinstance(op, core.StoreOp)}
+        # _DECIDED, or the owner (a ParallelOp, None at the root) of the recomputation
+        # whose chain is being re-derived
+        self.mode: object = _DECIDED
+        self._stages: dict[tuple[str, LoopOp, Value], set[int]] = {}
 
     # ------------------------------------------------------------------ analysis
 
@@ -941,6 +958,31 @@ class _Builder:
         if not self.inlinable(v):
             return True
         return self.decision(v, consumer, operand) in _STORING
+
+    def owner(self, op: Op) -> Op | None:
+        """The nearest enclosing parallel region of ``op`` (None: the kernel root)."""
+        cur = self.parent_op.get(op)
+        while cur is not None and not isinstance(cur, ParallelOp):
+            cur = self.parent_op.get(cur)
+        return cur
+
+    def rederivable(self, v: Value, owner: Op | None) -> bool:
+        """Whether a recomputation owned by ``owner`` re-derives ``v`` (else ``v`` stops
+        the chain and is read as its edge decided): a load of a view no op stores, or an
+        elementwise op, broadcast, transpose, full or iota, of the same parallel
+        instance (``planner.solve.costs.recompute_chain``)."""
+        op = self.producer(v)
+        if not isinstance(op, _REDERIVABLE) or not self.inlinable(v):
+            return False
+        if isinstance(op, core.LoadOp) and op.view in self.stored_views:
+            return False
+        return self.owner(op) is owner
+
+    def recomputes(self, v: Value, consumer: Op, operand: int) -> bool:
+        """Whether this use re-derives ``v``'s chain from the loads (a recomputed edge)."""
+        return (not self.reads_buffer(v, consumer, operand)
+                and self.decision(v, consumer, operand) is Decision.RECOMPUTED
+                and self.rederivable(v, self.owner(consumer)))
 
     # ------------------------------------------------------------------ resources
 
@@ -1107,7 +1149,31 @@ class _Builder:
     # ------------------------------------------------------------------ element exprs
 
     def read(self, v: Value, idx: tuple[Expr, ...], consumer: Op, operand: int) -> Elem:
-        """The element of ``v`` at ``idx`` as seen by this use."""
+        """The element of ``v`` at ``idx`` as seen by this use.
+
+        A fused use inlines ``v``, reading its operands as their edges decided; a
+        recomputed use re-derives ``v`` and its chain (operands, transitively, up to
+        the loads, re-read from their views) whatever their edges decided, reading the
+        values that stop the chain (reductions, mma results, loop carries, Memory
+        snapshots) as their own edges decided."""
+        if self.mode is not _DECIDED:
+            if self.rederivable(v, self.mode):  # type: ignore[arg-type]
+                return self.inline(v, idx)
+            return self._in_mode(_DECIDED, lambda: self._read_decided(v, idx, consumer,
+                                                                        operand))
+        if self.recomputes(v, consumer, operand):
+            return self._in_mode(self.owner(consumer), lambda: self.inline(v, idx))
+        return self._read_decided(v, idx, consumer, operand)
+
+    def _in_mode(self, mode: object, fn: Callable[[], Elem]) -> Elem:
+        saved, self.mode = self.mode, mode
+        try:
+            return fn()
+        finally:
+            self.mode = saved
+
+    def _read_decided(self, v: Value, idx: tuple[Expr, ...], consumer: Op, operand: int
+                      ) -> Elem:
         t = v.type
         assert isinstance(t, TileType), t
         if self.reads_buffer(v, consumer, operand):
@@ -1202,7 +1268,8 @@ class _Builder:
             vt = p.type
             assert isinstance(vt, ViewType)
             params.append(ViewParam(self.name(p), vt.dtype, vt.shape, vt.readonly))
-        segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body)) for seg in segments]
+        segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body, self._in_registers))
+                    for seg in segments]
         symbols = self._symbols(segments, params)
         target = self._target_name()
         return LoopProgram(self.kernel.name, target, tuple(params), tuple(symbols),
@@ -1340,12 +1407,25 @@ class _Builder:
         ctx.out.append(Nest(tuple(map(str, idx)), tt.shape, dest,
                             self.read(op.tile, idx, op, 1)))
 
+    def _hoist_allocs(self, block: Block) -> None:
+        """Create the buffers of Memory declared in a temporal region before the region
+        is scheduled (S7): the nearest spatial parallel owns them (one buffer per instance
+        of the segment, like Memory declared at its top); the loop contributes only the
+        lifetime and, in a pipeline, the versions :meth:`_assign_versions` gives them."""
+        for o in block.ops:
+            if isinstance(o, core.AllocOp):
+                self._emit_alloc(o, _Ctx([]))
+            elif isinstance(o, LoopOp):
+                self._hoist_allocs(o.body)
+
     def _emit_alloc(self, op: core.AllocOp, ctx: _Ctx) -> None:
+        if op.memory in self.mem_buf:
+            return  # hoisted out of the temporal region that declares it
         planned = self._memory_plan(op)
         if planned is not None and planned.resource:
             resource = (planned.resource, self.resource_class(planned.resource))
         else:
-            resource = self._memory_resource(op, self._owner_scope(op))
+            resource = self._memory_resource(op)
         name = self.new_buffer(self.name(op.memory), op.dtype, op.layout, resource, "memory",
                                note=f"explicit Memory ({op.resource.value}) owned by "
                                     f"{op.owner}, declared layout",
@@ -1358,31 +1438,16 @@ class _Builder:
         want = "%" + self.name(op.memory)
         return next((m for m in self.plan.memories if m.name == want), None)
 
-    def _owner_scope(self, op: core.AllocOp) -> str:
-        t = self.target
-        if t is None:
-            return "worker"
-        if op.owner == "kernel":
-            return str(t.root_scope.name)
-        scope = "AUTOMATIC"
-        p = self.parent_op.get(op)
-        while p is not None:
-            if isinstance(p, ParallelOp) and p.label == op.owner:
-                scope = p.scope
-                break
-            p = self.parent_op.get(p)
-        return str(t.default_parallel_scope) if scope == "AUTOMATIC" else scope
-
-    def _memory_resource(self, op: core.AllocOp, owner_scope: str) -> tuple[str, str]:
-        t = self.target
-        if t is None:
+    def _memory_resource(self, op: core.AllocOp) -> tuple[str, str]:
+        if self.binding is None:
             cls = op.resource.value
             return self.resource_for_class("shared" if cls == "auto" else cls)
-        res = t.resolve(op.resource, owner_scope)
+        mb = self.binding.memory(op)
+        res = mb.home
         if res is None:
-            raise error(f"Memory {self.name(op.memory)} ({op.resource.value}, owned at scope "
-                        f"{owner_scope}) has no legal home on target {t.name}",
-                        op.loc, rule="S17", kind=_KIND)
+            raise error(f"Memory {self.name(op.memory)} ({op.resource.value}, owned by "
+                        f"{op.owner} at scope {mb.owner_scope}) has no legal home on target "
+                        f"{self.binding.target.name}", op.loc, rule="S17", kind=_KIND)
         return res.name, res.resource_class
 
     def _emit_mem_store(self, op: core.MemStoreOp, ctx: _Ctx) -> None:
@@ -1393,6 +1458,10 @@ class _Builder:
         ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), tt.shape,
                                              BufWrite(name, idx, self.memory_version(name)),
                                              self.read(op.tile, idx, op, 2))))
+
+    def _in_registers(self, nest: Nest | ReduceNest) -> bool:
+        d = nest.dest
+        return isinstance(d, BufWrite) and self.buffers[d.buffer].resource_class == "private"
 
     def _dest_order(self, nest: Nest) -> Nest:
         """Put the destination's unit-stride dimension innermost (a transposed layout is
@@ -1423,6 +1492,7 @@ class _Builder:
     # ------------------------------------------------------------------ loops
 
     def _emit_loop(self, op: LoopOp, ctx: _Ctx) -> None:
+        self._hoist_allocs(op.body)
         pipe = self._pipeline_info(op)
         carries = self._carries(op, pipe)
         for i, (init, c) in enumerate(zip(op.inits, carries, strict=True)):
@@ -1780,38 +1850,57 @@ class _Builder:
                 else len(info.lags) - 1
         return info.stage_of[top]
 
+    # Where expressions are evaluated, per stage.  Each use of ``w`` by consumer ``c``
+    # runs where ``c``'s statements run, in ``c``'s mode: *decided* (``c`` computed at home
+    # or inlined into a fused consumer) or *re-derived* (``c`` is in a recomputed chain).
+    # A decided ``c`` reads ``w``'s buffer, inlines it (fused) or re-derives it (a
+    # recomputed edge); a re-derived ``c`` re-derives ``w`` too when ``w`` is rederivable,
+    # else reads it as its edge decided.
+
     def _buffer_read_stages(self, v: Value, loop: LoopOp, info: _PipeInfo) -> set[int]:
         """Stages in which ``v``'s buffer is read (through inlined consumers)."""
-        out: set[int] = set()
-        for c, i in self.uses.get(v, []):
-            if not self.reads_buffer(v, c, i):
-                continue
-            if isinstance(c, _INLINABLE):
-                out |= self._eval_stages(c.result, loop, info)
-            else:
-                s = self._stage_of_use(v, c, loop, info)
-                if s is not None:
-                    out.add(s)
-        return out
+        return self._stages_of("buffer", v, loop, info)
 
     def _eval_stages(self, w: Value, loop: LoopOp, info: _PipeInfo) -> set[int]:
-        """Stages where ``w``'s defining expression is evaluated."""
+        """Stages where ``w``'s defining expression is evaluated (decided or re-derived)."""
+        return (self._stages_of("decided", w, loop, info)
+                | self._stages_of("rederived", w, loop, info))
+
+    def _stages_of(self, what: str, w: Value, loop: LoopOp, info: _PipeInfo) -> set[int]:
+        key = (what, loop, w)
+        if key not in self._stages:
+            self._stages[key] = set()  # (the dataflow is acyclic within an iteration)
+            self._stages[key] = self._compute_stages(what, w, loop, info)
+        return self._stages[key]
+
+    def _compute_stages(self, what: str, w: Value, loop: LoopOp, info: _PipeInfo
+                        ) -> set[int]:
         out: set[int] = set()
         p = self.producer(w)
-        if p is not None and self.buffered(w):
+        if what == "decided" and p is not None and self.buffered(w):
             top = self._top_or_none(p, loop)
             if top is not None:
                 out.add(info.stage_of[top])
         for c, i in self.uses.get(w, []):
-            if self.reads_buffer(w, c, i):
-                continue
-            if isinstance(c, _INLINABLE):
-                out |= self._eval_stages(c.result, loop, info)
-            else:
-                s = self._stage_of_use(w, c, loop, info)
-                if s is not None:
-                    out.add(s)
+            buffer, recomputed = self.reads_buffer(w, c, i), self.recomputes(w, c, i)
+            inline = not buffer and not recomputed
+            if {"buffer": buffer, "decided": inline, "rederived": recomputed}[what]:
+                out |= self._consumer_stages("decided", w, c, loop, info)
+            follows = self.rederivable(w, self.owner(c))  # re-derived with c
+            if {"buffer": buffer and not follows, "decided": not buffer and not follows,
+                    "rederived": follows}[what]:
+                out |= self._consumer_stages("rederived", w, c, loop, info)
         return out
+
+    def _consumer_stages(self, mode: str, w: Value, c: Op, loop: LoopOp, info: _PipeInfo
+                         ) -> set[int]:
+        """Stages of the statements evaluating ``c`` in ``mode`` (decided, rederived)."""
+        if isinstance(c, _INLINABLE):
+            return self._stages_of(mode, c.result, loop, info)
+        if mode == "rederived":
+            return set()
+        s = self._stage_of_use(w, c, loop, info)
+        return set() if s is None else {s}
 
     # ------------------------------------------------------------------ symbols
 
@@ -1901,19 +1990,25 @@ def _in_place_ok(body: tuple[Stmt, ...], c: _Carry) -> bool:
                    for r in (x for s in walk_stmts(body[first + 1:]) for x in _stmt_reads(s)))
 
 
-def fuse_siblings(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+def fuse_siblings(body: tuple[Stmt, ...],
+                  pinned: Callable[[Nest | ReduceNest], bool] | None = None
+                  ) -> tuple[Stmt, ...]:
     """Merge consecutive nests over the same iteration space (see :class:`FusedNest`).
 
     A nest joins the previous one when it reads what the previous parts wrote only at
     the point being computed (forwarded) and never a reduction they produce, and when
-    neither side writes what the other reads."""
+    neither side writes what the other reads.  It may also move before independent
+    nests to join an earlier one, unless ``pinned(nest)`` (the builder pins nests that
+    write registers: moving one earlier would hold its registers over the nests it
+    passes, which the plan's capacity does not count)."""
     out: list[Stmt] = []
     for s in body:
-        s = _fuse_inside(s)
+        s = _fuse_inside(s, pinned)
         target = None
         if isinstance(s, Nest | ReduceNest):
             # Look back over nests independent of ``s`` (it may move before them).
-            for j in range(len(out) - 1, -1, -1):
+            hops = 0 if pinned is not None and pinned(s) else len(out)
+            for j in range(len(out) - 1, max(-1, len(out) - 2 - hops), -1):
                 if _fusable(out[j], s):
                     target = j
                     break
@@ -1939,12 +2034,12 @@ def _independent(t: Stmt, s: Nest | ReduceNest) -> bool:
     return not (t_writes & _read_keys(s)) and mine not in t_writes and mine not in t_reads
 
 
-def _fuse_inside(s: Stmt) -> Stmt:
+def _fuse_inside(s: Stmt, pinned: Callable[[Nest | ReduceNest], bool] | None) -> Stmt:
     if isinstance(s, Loop | Parallel):
-        return dataclasses.replace(s, body=fuse_siblings(s.body))
+        return dataclasses.replace(s, body=fuse_siblings(s.body, pinned))
     if isinstance(s, Pipeline):
         return dataclasses.replace(s, stages=tuple(
-            dataclasses.replace(st, body=fuse_siblings(st.body)) for st in s.stages))
+            dataclasses.replace(st, body=fuse_siblings(st.body, pinned)) for st in s.stages))
     return s
 
 
@@ -2005,13 +2100,14 @@ _GENERATE: dict[type, Callable[[_Builder, Op, _Ctx], None]] = {
 
 
 def build_loop_program(kernel: Kernel, plan: MaterializationPlan | None = None,
-                       target: Target | None = None) -> LoopProgram:
+                       target: Target | None = None,
+                       binding: ExecutionBinding | None = None) -> LoopProgram:
     """Lower ``kernel`` under ``plan`` to a loop program.
 
     ``target`` is a :class:`planner.catalog.Target` (resource names and classes, sync
     rules, the home of explicit Memory); without it the x86-avx2 resource names are used.
     Edges the plan does not mention are treated as virtual.
     """
-    return _Builder(kernel, plan, target).build()
+    return _Builder(kernel, plan, target, binding).build()
 
 

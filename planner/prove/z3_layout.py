@@ -50,7 +50,7 @@ import z3
 
 from planner.ir.expr import Const, Expr
 from planner.ir.layout import Layout, XorSwizzle, concrete_offsets, first_collision
-from planner.solve.z3_exprs import SymbolSpace, check
+from planner.prove.z3_exprs import SymbolSpace, check
 
 #: Concrete layouts with at most this many elements are checked by enumeration.
 ENUMERATION_LIMIT = 1 << 20

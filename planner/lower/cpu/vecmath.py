@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from planner.lower.llvm_jit import declare_intrinsic
+from planner.lower.cpu.jit import declare_intrinsic
 
 __all__ = ["emit_exp", "emit_log", "emit_tanh"]
 

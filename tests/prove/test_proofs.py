@@ -25,13 +25,13 @@ from planner.ir.frontend import (
     swizzle,
     tile_kernel,
 )
-from planner.solve.proofs import (
+from planner.prove.proofs import (
     PROOF_NAMES,
     ProofReport,
     ProofResult,
-    bind_execution,
     prove_kernel,
 )
+from planner.realize import bind_execution
 
 INT64_MAX = 2**63 - 1
 SMALL = {"M": 100, "N": 70, "K": 37}

@@ -26,7 +26,8 @@ are kernel-scoped in the global arena.  ``bufinfo[2i], bufinfo[2i+1]`` are buffe
 Code shape
 ----------
 Every nest is emitted with explicit vectors of ``vector_width`` lanes along its last
-(unit-stride) variable (8 = ymm on AVX2 hosts, 16 = zmm where AVX-512 exists): a main
+(unit-stride) variable (the target catalog's ``cpu.vector_width``: 8 = ymm for x86-avx2,
+16 = zmm for x86-avx512, whatever the host has): a main
 loop of full vectors and one masked tail.  Reads are classified by the coefficient of
 that variable in their address: *contiguous* (vector load), *uniform* (one scalar
 load, broadcast; hoisted out of the vector loop together with every other
@@ -42,7 +43,7 @@ horizontally at the end of the row; a fused nest forwards a value it just wrote 
 reduction that reads it, so producer and reduction take one pass.
 
 Numerics.  Transcendentals use the polynomial vector math of
-:mod:`planner.lower.llvm_vecmath` (``exp``, ``tanh``, ``log``); ``sqrt`` is
+:mod:`planner.lower.cpu.vecmath` (``exp``, ``tanh``, ``log``); ``sqrt`` is
 ``llvm.sqrt``.  Arithmetic carries the ``contract`` fast-math flag (FMA contraction: one
 rounding instead of two) and division also ``arcp`` (``x / y`` may become
 ``x * (1 / y)``, within an ulp; a division by a row-invariant value then costs one
@@ -54,8 +55,8 @@ instead of trapping.  Buffers are 64-byte aligned; loads and stores assume only 
 alignment (unaligned vector accesses cost nothing extra on aligned data).
 
 ``mma`` calls a small vectorized kernel for tiny products of unit-inner-stride operands
-and otherwise the packed, register-blocked GEMM of :mod:`planner.lower.llvm_gemm`
-(:func:`~planner.lower.llvm_gemm.emit_gemm_f32_strided`), directly on buffers (with
+and otherwise the packed, register-blocked GEMM of :mod:`planner.lower.cpu.gemm`
+(:func:`~planner.lower.cpu.gemm.emit_gemm_f32_strided`), directly on buffers (with
 both their element strides) or on a view window in place (staged with its fill when it
 is an edge tile).  A staging copy ``%stage[i, j] = %src[i, j]`` that the loop program
 puts before an mma (for a column-major ``Bs``, say) is skipped and the mma packs
@@ -71,13 +72,14 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 import llvmlite.ir as ir
 
+from planner.catalog import Target
 from planner.errors import error
 from planner.ir.core import BinaryFn, ReduceFn, UnaryFn
 from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul, product
-from planner.lower import loop_program as lp
-from planner.lower.llvm_gemm import GemmConfig, emit_gemm_f32_strided, emit_scratch_floats
-from planner.lower.llvm_helpers import (
+from planner.lower.cpu.gemm import GemmConfig, emit_gemm_f32_strided, emit_scratch_floats
+from planner.lower.cpu.jit import declare_intrinsic
+from planner.lower.cpu.llvm_helpers import (
     F32,
     F32P,
     I1,
@@ -95,8 +97,8 @@ from planner.lower.llvm_helpers import (
     splat,
     transpose,
 )
-from planner.lower.llvm_jit import TargetSpec, declare_intrinsic, host_target
-from planner.lower.llvm_vecmath import emit_exp, emit_log, emit_tanh
+from planner.lower.cpu.vecmath import emit_exp, emit_log, emit_tanh
+from planner.lower.loops import program as lp
 
 __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
 
@@ -108,20 +110,33 @@ _ARCP = ("contract", "arcp")  # x / y may become x * (1 / y): one reciprocal per
 
 @dataclass(frozen=True, slots=True)
 class CodegenConfig:
-    """Vector width (lanes of f32), the stack budget and the mma kernel choice."""
+    """Vector width (lanes of f32), register budget, stack budget and the mma kernel.
 
-    vector_width: int = 8  # lanes of f32: 8 on AVX2 hosts, 16 with AVX-512 (for_host)
+    :meth:`for_target` takes them from the target catalog (the plan's figures), never
+    from the host: an x86-avx2 plan gets 8-lane vectors on an AVX-512 machine too.
+    """
+
+    vector_width: int = 8  # lanes of f32: the catalog's cpu.vector_width (for_target)
+    registers: int = 16  # vector registers: private capacity / (vector_width * 4 B)
     stack_limit: int = 16 * 1024  # bytes per private buffer kept on the stack
     small_mma: int = 32 * 32 * 32  # m*n*k up to which mma uses the small kernel
     reduce_unroll: int = 4  # independent accumulators of a vectorized reduction
-    gemm: GemmConfig | None = None
+    gemm: GemmConfig | None = None  # None: GemmConfig.for_figures(vector_width, registers)
 
     @classmethod
-    def for_host(cls, spec: TargetSpec | None = None) -> CodegenConfig:
-        """ymm vectors (8 lanes) on AVX2 hosts, zmm (16 lanes) where AVX-512 exists."""
-        spec = spec if spec is not None else host_target()
-        width = 16 if spec.has_feature("avx512f") else 8
-        return cls(vector_width=width, gemm=GemmConfig.for_target(spec))
+    def for_target(cls, target: Target) -> CodegenConfig:
+        """The figures of ``target``: ``cpu.vector_width`` lanes, and as many vector
+        registers as its private resource at the default parallel scope holds."""
+        if target.cpu is None:
+            raise error(f"target {target.name!r} has no 'cpu' section (vector_width, "
+                        "llvm_cpu, llvm_features) to compile for", kind=_KIND)
+        width = target.cpu.vector_width
+        registers = 16
+        private = target.resolve("private", target.default_parallel_scope)
+        if private is not None and private.capacity is not None:
+            registers = max(1, private.capacity // (width * 4))
+        return cls(vector_width=width, registers=registers,
+                   gemm=GemmConfig.for_figures(width, registers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1327,7 +1342,8 @@ class _Module:
     @property
     def gemm_config(self) -> GemmConfig:
         if self._gemm_config is None:
-            self._gemm_config = self.config.gemm or GemmConfig.for_target()
+            self._gemm_config = self.config.gemm or GemmConfig.for_figures(
+                self.config.vector_width, self.config.registers)
         return self._gemm_config
 
     def sgemm(self) -> ir.Function:

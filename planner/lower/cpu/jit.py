@@ -5,10 +5,15 @@ Design
 * **Initialization.** llvmlite 0.50 (LLVM 22) raises on ``llvm.initialize()``; only the
   native target and the native asm printer are initialized, once, on first use
   (:func:`ensure_llvm_initialized`).
-* **Target.** Code is compiled for the host: :func:`host_target` returns the triple, the
-  host CPU name and the host feature string (``+avx2,+fma,...``), so LLVM selects
-  ``vfmadd*ps`` on ymm/zmm registers. A :class:`TargetSpec` can be passed explicitly (e.g. to
-  force an AVX2-only feature string on an AVX-512 host in tests).
+* **Target.** A plan is compiled for its target catalog, never for the host:
+  :func:`catalog_target` turns the catalog's ``cpu`` section into a :class:`TargetSpec`
+  (the process triple, ``cpu.llvm_cpu`` and exactly ``+f`` for each of
+  ``cpu.llvm_features``; on x86 also ``-avx512f`` unless an AVX-512 feature is listed),
+  so an x86-avx2 plan gets ymm code even on an AVX-512 machine.  :func:`missing_features`
+  says which of a spec's features the host lacks; code that needs one must not run
+  (it would die on an illegal instruction).  :func:`host_target` (the host CPU name and
+  feature string) is still the default of :func:`compile_module` for code that is not
+  compiled from a plan (the standalone sgemm).
 * **Optimization.** ``PipelineTuningOptions(speed_level=3)`` (loop + SLP vectorization
   on) → ``PassBuilder`` → the default O3 ``ModulePassManager``.
 * **Caching.** Compiling a packed GEMM takes ~0.5 s, so compiled modules are cached in a
@@ -35,19 +40,21 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from planner.lower.llvm_helpers import declare_function
+from planner.lower.cpu.llvm_helpers import declare_function
 
 __all__ = [
     "CompiledModule",
     "JitCache",
     "JitModule",
     "TargetSpec",
+    "catalog_target",
     "compile_module",
     "declare_intrinsic",
     "default_jit_cache",
     "ensure_llvm_initialized",
     "host_target",
     "intrinsic_suffix",
+    "missing_features",
 ]
 
 # LLVM's global context (used by parse_assembly, the pass manager and MCJIT) is shared by
@@ -103,6 +110,29 @@ def host_target() -> TargetSpec:
             )
             _host_state["spec"] = spec
     return spec
+
+
+def catalog_target(cpu: Any) -> TargetSpec:
+    """The spec a catalog's ``cpu`` section (:class:`planner.catalog.CpuIsa`) asks for.
+
+    Only the triple comes from the process (the code runs here); the CPU name and the
+    features are the catalog's.  On x86, ``-avx512f`` (which LLVM propagates to every
+    AVX-512 feature) is appended unless the catalog lists an AVX-512 or AVX10 feature,
+    so no CPU name can bring in 512-bit registers the target does not describe.
+    """
+    triple = host_target().triple
+    features = [f"+{f}" for f in cpu.llvm_features]
+    wide = any(f.startswith(("avx512", "avx10")) for f in cpu.llvm_features)
+    if triple.startswith(("x86_64", "i386", "i686")) and not wide:
+        features.append("-avx512f")
+    return TargetSpec(triple=triple, cpu=cpu.llvm_cpu, features=",".join(features))
+
+
+def missing_features(spec: TargetSpec) -> tuple[str, ...]:
+    """The features ``spec`` enables (``+f``) that the host CPU does not have."""
+    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
+    return tuple(f[1:] for f in spec.features.split(",")
+                 if f.startswith("+") and f[1:] not in have)
 
 
 def _target_machine(spec: TargetSpec, opt_level: int) -> llvm.TargetMachine:

@@ -1,0 +1,255 @@
+"""Execution binding: where every parallel region runs and who owns every Memory (S5, S7, S17, S20).
+
+This is the one place that answers "which hardware scope does this parallel bind to",
+"at which scope does this Memory's owner live" and "which catalog resources may hold it".
+The proofs, the cost model, the loop program and both backends read the answer from
+:func:`bind_execution`; none of them re-derives it.
+
+The rule for a parallel region:
+
+- an explicit scope must be a scope of the target and, when nested, strictly below the
+  enclosing parallel's scope (a nested parallel refines its parent's instances);
+- ``AUTOMATIC`` at the top level binds to the catalog's ``default_parallel_scope``;
+- a nested ``AUTOMATIC`` binds to the first child scope of its parent's scope.  When the
+  parent's scope has no child the binding is a problem (S20), never a silent re-use of the
+  parent's scope.
+
+A Memory is owned by its nearest enclosing parallel (the kernel root as fallback, S5/S7).
+Its *homes* are the catalog resources where an instance may live: of the requested class
+(any read/write resource for ``auto_``), whose instance scope is the owner's scope or an
+ancestor of it (an ancestor only with ``slicing``: S17, S20).  An ``auto_`` Memory's homes
+are further restricted to resources that every scope touching it may access with the
+operations it applies (the access relation is general, not a hierarchy).  For an explicit
+class the access check is a proof obligation instead, so a refused access is reported
+rather than silently moved.  Homes are ordered nearest first, then in catalog order.
+The planner chooses among them; without a plan a Memory lives in the first home with room
+for it alone (at the given symbol bindings), never by a fixed ranking of classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from planner.catalog import AUTO, Operation, Resource, Target, normalize_class
+from planner.errors import SourceLoc
+from planner.ir import core
+from planner.ir.core import AllocOp, Axis, Kernel, LoopOp, Op, ParallelOp
+
+ROOT_OWNER = "kernel"
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    """Where an op runs: its executing scope, enclosing parallels and region axes."""
+
+    scope: str
+    parallels: tuple[str, ...]  # labels, outermost first
+    axes: tuple[Axis, ...]  # every enclosing region's axes, outermost first
+
+
+@dataclass(frozen=True, slots=True)
+class BindingProblem:
+    """A parallel region that cannot be bound to the target (S20)."""
+
+    subject: str
+    detail: str
+    loc: SourceLoc
+    rule: str = "S20"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAccess:
+    """One explicit access of a Memory: which op, from which scope, with which operation."""
+
+    op: Op
+    scope: str
+    operation: Operation
+    feeds_mma: bool = False  # a snapshot read whose value is an mma operand
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBinding:
+    """A Memory's owner, the scopes that touch it and the resources that may hold it."""
+
+    alloc: AllocOp
+    name: str
+    owner: str  # parallel label or "kernel"
+    owner_scope: str
+    resource_class: str  # catalog spelling: "shared", "private", "auto_", or a custom class
+    accesses: tuple[MemoryAccess, ...]
+    homes: tuple[Resource, ...]  # legal placements, nearest first
+    nbytes: int | None = None  # one version at the binding's symbol values (None: symbolic)
+
+    @property
+    def home(self) -> Resource | None:
+        """The placement when no plan decides: the first legal home with room for it."""
+        for res in self.homes:
+            if res.capacity is None or self.nbytes is None or self.nbytes <= res.capacity:
+                return res
+        return self.homes[0] if self.homes else None
+
+    def home_named(self, name: str | None) -> Resource | None:
+        """The home called ``name`` (a plan's choice), or the default home for ``None``."""
+        if name is None:
+            return self.home
+        return next((r for r in self.homes if r.name == name), None)
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """The owner's scope, then every scope that accesses the Memory, without repeats."""
+        return tuple(dict.fromkeys([self.owner_scope, *(a.scope for a in self.accesses)]))
+
+
+@dataclass
+class ExecutionBinding:
+    """The scope every parallel binds to, every op's context and every Memory's owner."""
+
+    target: Target
+    root: str
+    parallel_scope: dict[str, str] = field(default_factory=dict)
+    parallel_parent: dict[str, str] = field(default_factory=dict)  # label -> label|"kernel"
+    contexts: dict[int, OpContext] = field(default_factory=dict)
+    problems: list[BindingProblem] = field(default_factory=list)
+    memories: dict[int, MemoryBinding] = field(default_factory=dict)  # id(memory value)
+
+    def context(self, op: Op) -> OpContext:
+        return self.contexts[id(op)]
+
+    def scope_of(self, owner: str) -> str:
+        """The scope of a parallel label (or of the kernel root)."""
+        return self.parallel_scope.get(owner, self.root)
+
+    def owner_scope(self, alloc: AllocOp) -> str:
+        return self.scope_of(alloc.owner)
+
+    def memory(self, alloc_or_memory: AllocOp | core.Value) -> MemoryBinding:
+        key = alloc_or_memory.memory if isinstance(alloc_or_memory, AllocOp) \
+            else alloc_or_memory
+        return self.memories[id(key)]
+
+    def memory_bindings(self) -> Iterator[MemoryBinding]:
+        return iter(self.memories.values())
+
+
+def bind_execution(kernel: Kernel, target: Target,
+                   bindings: Mapping[str, int] | None = None) -> ExecutionBinding:
+    """Bind every parallel region to a target scope, record each op's context and
+    each Memory's owner, accesses and legal homes (sized at ``bindings``)."""
+    binding = ExecutionBinding(target, target.root_scope.name)
+    _bind_block(kernel.body, OpContext(binding.root, (), ()), target, binding)
+    _bind_memories(kernel, target, binding, dict(bindings or {}))
+    return binding
+
+
+def memory_name(alloc: AllocOp) -> str:
+    """The name a Memory is reported by: its variable name, else its line."""
+    return alloc.memory.name_hint or f"memory@{alloc.loc.line}"
+
+
+# --------------------------------------------------------------------------- parallels
+
+
+def _bind_block(block: core.Block, ctx: OpContext, target: Target,
+                binding: ExecutionBinding) -> None:
+    for op in block.ops:
+        binding.contexts[id(op)] = ctx
+        if isinstance(op, ParallelOp):
+            scope = _bind_parallel(op, ctx, target, binding)
+            binding.parallel_scope[op.label] = scope
+            binding.parallel_parent[op.label] = ctx.parallels[-1] if ctx.parallels \
+                else ROOT_OWNER
+            inner = OpContext(scope, (*ctx.parallels, op.label), (*ctx.axes, *op.axes))
+            _bind_block(op.body, inner, target, binding)
+        elif isinstance(op, LoopOp):
+            _bind_block(op.body, OpContext(ctx.scope, ctx.parallels, (*ctx.axes, *op.axes)),
+                        target, binding)
+
+
+def _bind_parallel(op: ParallelOp, ctx: OpContext, target: Target,
+                   binding: ExecutionBinding) -> str:
+    nested = bool(ctx.parallels)
+    below = target.children(ctx.scope) if nested else ()
+    automatic = (below[0].name if below else ctx.scope) if nested \
+        else target.default_parallel_scope
+    subject = f"parallel {op.label}"
+
+    def problem(detail: str) -> None:
+        binding.problems.append(BindingProblem(subject, detail, op.loc))
+
+    if op.scope == "AUTOMATIC":
+        if nested and not below:
+            problem(f"nested AUTOMATIC parallel inside a region bound to {ctx.scope!r}: "
+                    f"target {target.name} has no scope below {ctx.scope!r}")
+        return automatic
+    known = [s.name for s in target.scopes]
+    if op.scope not in known:
+        problem(f"scope {op.scope!r} is not a scope of target {target.name} "
+                f"(scopes: {', '.join(known)})")
+        return automatic
+    if nested and (op.scope == ctx.scope or not target.is_ancestor_or_self(ctx.scope,
+                                                                            op.scope)):
+        problem(f"bound to {op.scope!r}, which is not below the enclosing parallel's scope "
+                f"{ctx.scope!r}: a nested parallel must refine its parent's instances")
+    return op.scope
+
+
+# --------------------------------------------------------------------------- memories
+
+
+def _bind_memories(kernel: Kernel, target: Target, binding: ExecutionBinding,
+                   env: Mapping[str, int]) -> None:
+    feeds_mma = {id(v) for op in kernel.walk() if isinstance(op, core.MmaOp)
+                 for v in (op.a, op.b)}
+    allocs: dict[int, AllocOp] = {}
+    accesses: dict[int, list[MemoryAccess]] = {}
+    for op in kernel.walk():
+        if isinstance(op, AllocOp):
+            allocs[id(op.memory)] = op
+            accesses[id(op.memory)] = []
+        elif isinstance(op, (core.MemStoreOp, core.MemLoadOp)) and id(op.memory) in allocs:
+            scope = binding.context(op).scope
+            if isinstance(op, core.MemStoreOp):
+                accesses[id(op.memory)].append(MemoryAccess(op, scope, Operation.WRITE))
+            else:
+                accesses[id(op.memory)].append(MemoryAccess(
+                    op, scope, Operation.READ, id(op.result) in feeds_mma))
+    for key, alloc in allocs.items():
+        owner_scope = binding.owner_scope(alloc)
+        cls = normalize_class(alloc.resource)
+        accs = tuple(accesses[key])
+        homes = memory_homes(target, cls, owner_scope, accs)
+        binding.memories[key] = MemoryBinding(alloc, memory_name(alloc), alloc.owner,
+                                              owner_scope, cls, accs, homes,
+                                              _storage_bytes(alloc, env))
+
+
+def memory_homes(target: Target, cls: str, owner_scope: str,
+                 accesses: tuple[MemoryAccess, ...] = ()) -> tuple[Resource, ...]:
+    """Resources that may hold an instance owned at ``owner_scope`` (see the module doc)."""
+    ranked: list[tuple[int, int, Resource]] = []
+    for index, res in enumerate(target.resources):
+        if cls == AUTO:
+            if not {Operation.READ, Operation.WRITE} <= res.operations:
+                continue
+            if not all(target.can_access(a.scope, res.name, a.operation) for a in accesses):
+                continue
+        elif res.resource_class != cls:
+            continue
+        distance = _levels_up(target, res.instance_scope, owner_scope)
+        if distance is None or (distance > 0 and not res.slicing):
+            continue
+        ranked.append((distance, index, res))
+    return tuple(r for _, _, r in sorted(ranked, key=lambda t: t[:2]))
+
+
+def _storage_bytes(alloc: AllocOp, env: Mapping[str, int]) -> int | None:
+    try:
+        return alloc.layout.storage_elements(env) * alloc.dtype.itemsize
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _levels_up(target: Target, ancestor: str, scope: str) -> int | None:
+    path = target.scope_path(scope)
+    return len(path) - 1 - path.index(ancestor) if ancestor in path else None
