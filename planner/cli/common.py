@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from planner.ir.load import LoadedKernel, load_kernel, parse_bindings
 from planner.ir.verify import verify
+from planner.lower.backends import compare_output, max_abs_error
+
+__all__ = ["add_bind_arg", "add_catalog_dir_arg", "add_kernel_arg", "compare_output",
+           "kernel_and_bindings", "max_abs_error"]
 
 
 def add_kernel_arg(p: argparse.ArgumentParser) -> None:
@@ -44,22 +46,3 @@ def kernel_and_bindings(args: argparse.Namespace, *, verified: bool = True
     if verified:
         verify(loaded.kernel, bindings)
     return loaded, bindings
-
-
-def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
-    """Largest absolute difference; NaN where both are NaN counts as equal, else inf."""
-    if got.size == 0:
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    if want.dtype.kind == "f":
-        diff = np.where(np.isnan(got) & np.isnan(want), 0.0, diff)
-    return float("inf") if np.isnan(diff).any() else float(diff.max())
-
-
-def compare_output(got: np.ndarray, want: np.ndarray, rtol: float = 1e-4, atol: float = 1e-4
-                   ) -> tuple[bool, float]:
-    """Whether an output matches its reference (NaN equals NaN), and the max abs error."""
-    ok = got.shape == want.shape and bool(
-        np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
-    return ok, max_abs_error(got, want) if got.shape == want.shape else float("inf")

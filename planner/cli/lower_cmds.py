@@ -1,36 +1,36 @@
 """``planner run`` and ``planner lower``: compile a planned kernel for its target.
 
-Targets whose catalog backend is ``llvm-cpu`` compile through llvmlite for the host;
-``metal`` targets print Metal Shading Language and run it in the Linux emulator
-(``planner.lower.metal.emulator``); planning-only targets (no backend) are refused.
+Which code generator serves the target is the backend registry's answer
+(:func:`planner.lower.backends.backend_for`): ``llvm-cpu`` targets compile through
+llvmlite, ``metal`` targets print Metal Shading Language and run it in the Linux
+emulator; planning-only targets (no backend) are refused with the registry's message.
 
 ``run`` compiles the kernel under a plan (``--plan FILE`` saved by ``planner plan
 --json``, or planned here with ``--policy``/``--baseline``), runs it on random inputs
 and prints the time; with ``--check`` it also runs the reference interpreter on the
 same inputs and exits 1 with the largest error when they disagree.  ``lower`` prints
-the loop program (``--emit loops``), the optimized LLVM IR (``llvm``) or assembly
-(``asm``).  Both are thin layers over :func:`planner.lower.compile_kernel`.
+one of the backend's emit forms: the loop program (``--emit loops``), the optimized
+LLVM IR (``llvm``) or assembly (``asm``) on CPU targets, MSL (``msl``) on Metal ones.
+A plan read with ``--plan`` is lowered only for the target it was made for.
+Both are thin layers over :class:`planner.lower.backends.Backend`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
-import numpy as np
-
-from planner.catalog import DEFAULT_TARGET, Backend, CatalogRegistry, Target
+from planner.catalog import DEFAULT_TARGET, CatalogRegistry, Target
 from planner.cli.common import (
     add_bind_arg,
     add_catalog_dir_arg,
     add_kernel_arg,
-    compare_output,
     kernel_and_bindings,
 )
-from planner.errors import PlannerError, error
+from planner.errors import error
 from planner.ir.load import LoadedKernel
+from planner.lower.backends import Backend, backend_for, emit_forms
 from planner.solve import Baseline, MaterializationPlan, Policy, plan_from_json, plan_kernel
 
 
@@ -53,14 +53,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lo = subparsers.add_parser("lower", help="print the lowered code of a planned kernel",
                                description="Print the loop program, LLVM IR or assembly.")
     _common(lo)
-    lo.add_argument("--emit", choices=("loops", "llvm", "asm", "msl"), default=None,
+    lo.add_argument("--emit", choices=emit_forms(), default=None,
                     help="what to print (default: msl on Metal targets, else the loop program)")
     lo.set_defaults(func=cmd_lower)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_kernel_arg(p)
-    p.add_argument("--target", default=DEFAULT_TARGET, help=f"target (default {DEFAULT_TARGET})")
+    p.add_argument("--target", default=None, help="target (default: the plan's with --plan, "
+                   f"else {DEFAULT_TARGET})")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--plan", type=Path, metavar="FILE",
                      help="a plan saved with 'planner plan --json'")
@@ -74,104 +75,59 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_catalog_dir_arg(p)
 
 
-def _planned(args: argparse.Namespace) -> tuple[LoadedKernel, dict[str, int], Target,
-                                                 MaterializationPlan]:
+def _planned(args: argparse.Namespace, form: str | None = None
+             ) -> tuple[LoadedKernel, dict[str, int], Target, Backend, str, MaterializationPlan]:
+    """The verified kernel, bindings, target, its backend, the form to emit and the plan.
+
+    The target's backend (and ``form`` on it) is checked before anything is planned; a
+    plan read with ``--plan`` must have been made for the target (``--target``
+    defaults to the plan's).
+    """
     loaded, bindings = kernel_and_bindings(args)
-    target = CatalogRegistry.from_environment(args.catalog_dir).get(args.target)
-    if args.plan is not None:
-        try:
-            plan = plan_from_json(json.loads(args.plan.read_text()))
-        except OSError as exc:
-            raise error(f"cannot read plan {args.plan}: {exc.strerror}", kind="usage") from None
-        except json.JSONDecodeError as exc:
-            raise error(f"plan {args.plan} is not JSON: {exc.msg}", kind="parse") from None
-    else:
-        plan = plan_kernel(loaded.kernel, target, bindings, policy=args.policy,
-                           baseline=args.baseline, time_limit_s=args.time_limit)
-    return loaded, bindings, target, plan
+    saved = _read_plan(args.plan) if args.plan is not None else None
+    name = args.target or (saved.target if saved is not None else DEFAULT_TARGET)
+    target = CatalogRegistry.from_environment(args.catalog_dir).get(name)
+    backend = backend_for(target)
+    form = backend.require(target, form, option="--emit")
+    if saved is not None:
+        if saved.target != target.name:
+            raise error(f"plan {args.plan} was made for target {saved.target}, not "
+                        f"{target.name}: lower it with --target {saved.target}, or plan "
+                        f"again with 'planner plan --target {target.name} --json'",
+                        kind="usage")
+        return loaded, bindings, target, backend, form, saved
+    plan = plan_kernel(loaded.kernel, target, bindings, policy=args.policy,
+                       baseline=args.baseline, time_limit_s=args.time_limit)
+    return loaded, bindings, target, backend, form, plan
 
 
-def _backend(target: Target) -> Backend:
-    if target.backend is None:
-        raise error(f"target {target.name} is planning-only (its catalog names no backend): "
-                    "use 'planner plan' for it, or lower on x86-avx2 / apple-m2",
-                    kind="unsupported")
-    return target.backend
+def _read_plan(path: Path) -> MaterializationPlan:
+    try:
+        return plan_from_json(json.loads(path.read_text()))
+    except OSError as exc:
+        raise error(f"cannot read plan {path}: {exc.strerror}", kind="usage") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"plan {path} is not JSON: {exc.msg}", kind="parse") from None
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from planner.lower import compile_kernel
-
-    loaded, _, target, plan = _planned(args)
-    kernel = loaded.kernel
-    emit = args.emit or ("msl" if target.backend is Backend.METAL else "loops")
-    if emit == "msl":
-        if target.backend is not Backend.METAL:
-            raise error(f"--emit msl needs a Metal target; {target.name} lowers to "
-                        f"{target.backend.value if target.backend else 'nothing'}",
-                        kind="unsupported")
-        from planner.cli.metal_cmds import lower_msl_command
-
-        print(lower_msl_command(kernel, plan, target), end="")
-        return 0
-    if emit == "loops":
-        from planner.lower import build_loop_program
-
-        print(build_loop_program(kernel, plan, target), end="")
-        return 0
-    if _backend(target) is not Backend.LLVM_CPU:
-        raise error(f"--emit {emit} needs an llvm-cpu target; {target.name} lowers to Metal "
-                    "(use --emit msl or --emit loops)", kind="unsupported")
-    compiled = compile_kernel(kernel, plan, target)
-    print(compiled.llvm_ir if emit == "llvm" else compiled.asm)
+    loaded, _, target, backend, form, plan = _planned(args, args.emit)
+    text = backend.emit(loaded.kernel, plan, target, form, option="--emit")
+    print(text, end="" if text.endswith("\n") else "\n")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from planner.ir.interpreter import interpret, random_inputs
-    from planner.lower import compile_kernel
-
-    loaded, bindings, target, plan = _planned(args)
-    kernel = loaded.kernel
-    if _backend(target) is Backend.METAL:
-        from planner.cli.metal_cmds import run_msl_check
-
-        if not args.check:
-            raise error("on a Metal target 'planner run' executes in the emulator only to "
-                        "check it: add --check", kind="usage")
-        print(run_msl_check(loaded, plan, target, bindings, seed=args.seed,
-                            rtol=args.rtol, atol=args.atol))
+    loaded, bindings, target, backend, _, plan = _planned(args)
+    result = backend.run(loaded, plan, target, bindings, check=args.check,
+                         threads=args.threads, seed=args.seed, repeat=args.repeat,
+                         rtol=args.rtol, atol=args.atol)
+    print(result.header)
+    for line in result.lines:
+        print(line)
+    if result.ok is None:
         return 0
-    start = time.perf_counter()
-    compiled = compile_kernel(kernel, plan, target, threads=args.threads)
-    compile_s = time.perf_counter() - start
-    inputs = random_inputs(kernel, bindings, args.seed)
-    times = []
-    outputs: dict[str, np.ndarray] = {}
-    for _ in range(max(1, args.repeat)):
-        fresh = {k: v.copy() for k, v in inputs.items()}
-        start = time.perf_counter()
-        outputs = compiled(fresh, bindings=bindings)
-        times.append(time.perf_counter() - start)
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(bindings.items()))
-    print(f"{kernel.name} on {target.name} ({plan.baseline.value if plan.baseline else 'optimal'}"
-          f" plan, {compiled.threads} threads, {shown}): compile {compile_s:.2f} s, "
-          f"run {np.median(times) * 1e3:.3f} ms (median of {len(times)})")
-    if not args.check:
-        return 0
-    expected = interpret(kernel, inputs, bindings)
-    worst = 0.0
-    bad: list[str] = []
-    for name, want in expected.items():
-        ok, err = compare_output(outputs[name], want, args.rtol, args.atol)
-        worst = max(worst, err)
-        print(f"  {name}: max abs error {err:.3g} {'ok' if ok else 'MISMATCH'}")
-        if not ok:
-            bad.append(name)
-    if bad:
-        raise PlannerError(error(f"compiled {kernel.name} disagrees with the reference "
-                                 f"interpreter on {', '.join(bad)}: max abs error {worst:.3g} "
-                                 f"(rtol {args.rtol}, atol {args.atol})",
-                                 kind="mismatch").diagnostics, kind="mismatch")
-    print(f"check ok: matches the reference interpreter (max abs error {worst:.3g})")
+    if not result.ok:
+        raise result.mismatch()
+    print(result.verdict)
     return 0

@@ -1,18 +1,19 @@
 """``planner survey``: the main job on the built-ins — every example on every target.
 
 For each (example, target) pair it verifies the kernel, plans it (which discharges
-the z3 proofs), and on targets with a runnable backend compiles the plan and checks
-the result against the reference interpreter.  One line per pair; exit status 1
-when any pair fails for a reason other than an honest, explained infeasibility.
+the z3 proofs), and on targets the backend registry serves
+(:func:`planner.lower.backends.find_backend`) runs the plan and checks the result
+against the reference interpreter.  One line per pair; exit status 1 when any pair
+fails for a reason other than an honest, explained infeasibility.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 
-from planner.cli.common import add_catalog_dir_arg, compare_output
+from planner.cli.common import add_catalog_dir_arg
 from planner.errors import PlannerError
+from planner.lower.backends import find_backend
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,43 +67,15 @@ def _survey_one(ex, target, args: argparse.Namespace) -> tuple[str, bool]:
                f"{plan.solve_time_s:6.2f}s  {why}", True
     row = (f"{head} {status:11} {plan.objective:>9,} ns {'/'.join(map(str, counts)):>9} "
            f"{proved:>3}/{len(plan.proofs):<4} {plan.solve_time_s:6.2f}s")
-    if args.no_run or target.backend is None:
+    backend = find_backend(target)
+    if args.no_run or backend is None:
         return f"{row}  -", True
-    if target.backend.value == "metal":
-        return _run_metal(ex, plan, target, row)
-    return _run_check(ex, plan, target, row)
-
-
-def _run_metal(ex, plan, target, row: str) -> tuple[str, bool]:
-    from planner.cli.metal_cmds import run_msl_check
-    from planner.lower.metal.emulator import clang_available
-
-    if not clang_available():
-        return f"{row}  skipped: clang-19 is not installed (scripts/install_clang.sh)", True
+    unavailable = backend.unavailable()
+    if unavailable:
+        return f"{row}  skipped: {unavailable}", True
     try:
-        t0 = time.perf_counter()
-        run_msl_check(ex.kernel, plan, target, ex.bindings, orders=("forward", "reverse"))
-        dt = time.perf_counter() - t0
+        result = backend.run(ex.kernel, plan, target, ex.bindings)
     except PlannerError as exc:
-        return f"{row}  error: {exc.diagnostics[0].message.splitlines()[0]}", False
-    return f"{row}  emulated Metal matches reference (forward+reverse, {dt:.1f} s)", True
-
-
-def _run_check(ex, plan, target, row: str) -> tuple[str, bool]:
-    from planner.ir.interpreter import interpret, random_inputs
-    from planner.lower import compile_kernel
-
-    try:
-        compiled = compile_kernel(ex.kernel, plan, target)
-        inputs = random_inputs(ex.kernel, ex.bindings, seed=0)
-        t0 = time.perf_counter()
-        got = compiled(inputs)
-        dt = time.perf_counter() - t0
-        want = interpret(ex.kernel, inputs, ex.bindings)
-    except PlannerError as exc:
-        return f"{row}  error: {exc.diagnostics[0].message}", False
-    results = [compare_output(got[k], want[k]) for k in want]
-    worst = max((err for _, err in results), default=0.0)
-    ok = all(match for match, _ in results)
-    verdict = "matches reference" if ok else "MISMATCH"
-    return f"{row}  {verdict} (max err {worst:.1e}, {dt * 1e3:.1f} ms)", ok
+        first = exc.diagnostics[0].message if exc.diagnostics else str(exc)
+        return f"{row}  error: {first.splitlines()[0] if first else first}", False
+    return f"{row}  {result.summary}", bool(result.ok)

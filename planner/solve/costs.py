@@ -104,6 +104,7 @@ from planner.ir.printer import Printer, PrintOptions
 from planner.ir.types import TileType
 from planner.plan.decisions import Decision, LayoutChoice, Policy
 from planner.realize.binding import ROOT_OWNER, ExecutionBinding, bind_execution
+from planner.realize.temporaries import exchange_home, register_home, temporary_home
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -504,16 +505,9 @@ class Figures:
 
     def register_home(self, scope: str) -> tuple[Resource, int | None] | None:
         """The private resource virtual values of ``scope`` live in, and its capacity there."""
-        best: tuple[int, Resource] | None = None
-        for r in self.target.resources_for_class("private"):
-            if not self.target.is_ancestor_or_self(scope, r.instance_scope):
-                continue
-            depth = self.target.scope_depth(r.instance_scope)
-            if best is None or depth < best[0]:
-                best = (depth, r)
-        if best is None:
+        r = register_home(self.target, scope)
+        if r is None:
             return None
-        r = best[1]
         cap = None if r.capacity is None else r.capacity * self.instances_below(
             scope, r.instance_scope, dynamic="one")
         return r, cap
@@ -1558,26 +1552,15 @@ class _Holding:
 
     # ------------------------------------------------------------------ temporaries
 
-    def _temp_resource(self, nbytes: int, static: bool) -> Resource | None:
-        """Where the lowering puts a compiler temporary: registers when it is small and of
-        a static size, else the first shared-class resource (``temp_resource`` of
-        ``planner.lower.loops.program``)."""
-        t = self.ctx.target
-        private = t.resources_for_class("private")
-        cap = next((r.capacity for r in private if r.capacity is not None), 512)
-        if static and nbytes <= cap:
-            return private[0] if private else None
-        shared = t.resources_for_class("shared")
-        return shared[0] if shared else None
+    def _temp_resource(self, nbytes: int, static: bool, scope: str) -> Resource | None:
+        """Where the lowering puts a compiler temporary (the one rule of
+        :func:`planner.realize.temporaries.temporary_home`)."""
+        return temporary_home(self.ctx.target, scope, nbytes, static)
 
     def _exchange_resource(self, scope: str) -> Resource | None:
         """The shared resource through which threads of ``scope`` read each other's
         registers, when registers are per thread below the owner."""
-        reg = self.ctx.fig.register_home(scope)
-        if reg is None or reg[0].instance_scope == scope:
-            return None
-        shared = self.ctx.target.resources_for_class("shared")
-        return shared[0] if shared else None
+        return exchange_home(self.ctx.target, scope)
 
     def _owner(self, point: int) -> str:
         return owner_of(self.ctx, self.ctx.g.nodes[self.point_node[point]]["region"])
@@ -1612,8 +1595,14 @@ class _Holding:
         v = self.values[e.value]
         nbytes = math.prod(v.shape) * 4  # staging is f32, dense
         shape = self.ctx.g.nodes[v.node]["shape"]
-        res = self._temp_resource(nbytes, product(tuple(shape)).const_value() is not None)
+        scope = self.ctx.owner_scope[self._owner(e.consumer_point)]
+        res = self._temp_resource(nbytes, product(tuple(shape)).const_value() is not None,
+                                  scope)
         if res is None:
+            self.ctx.static_infeasible.append(
+                f"staging of {v.name} for {e.consumer} ({nbytes:,} B, used by {scope}) has "
+                f"no home on {self.ctx.target.name}: no resource serving {scope} that it may "
+                "write and read has room for it")
             return
         view: list[tuple[Lit, ...]] = []  # a view window: read in place where it can be
         nest: list[tuple[Lit, ...]] = []  # a copy statement before the mma
@@ -1631,7 +1620,7 @@ class _Holding:
                              for c in (VIRTUAL, MATERIALIZED) if e.legal(c)]
         where = f"{v.name} for {e.consumer}"
         add(f"staging of {where}", res, nbytes, e.consumer_point, view + nest)  # type: ignore[operator]
-        xres = self._exchange_resource(self.ctx.owner_scope[self._owner(e.consumer_point)])
+        xres = self._exchange_resource(scope)
         if xres is not None and res.resource_class == "private":
             add(f"exchange of the staging of {where}", xres, nbytes,  # type: ignore[operator]
                 e.consumer_point, nest)

@@ -95,14 +95,12 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
     digest = content_hash(kernel, target, bindings, policy, base)
     header = _Header(problem, policy, base, proofs, digest)
-    if problem.static_infeasible:
-        return header.infeasible(problem.static_infeasible, 0.0)
     # Capacity is the CP-SAT model's own business (it trades versions and placement and
     # explains the binding group); any other refuted proof makes every plan illegal.
     refuted = tuple(f"proof {p.name} refuted: {p.detail}" for p in proofs
                     if p.status == "refuted" and p.name != "capacity")
-    if refuted:
-        return header.infeasible(refuted, 0.0)
+    if refuted or problem.static_infeasible:
+        return header.infeasible((*refuted, *problem.static_infeasible), 0.0)
     bm = build_model(problem, restrictions)
     result = solve(bm, time_limit_s=time_limit_s, workers=workers, progress=progress)
     if result.assignment is not None:

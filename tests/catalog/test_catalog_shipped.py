@@ -29,8 +29,8 @@ def targets() -> dict[str, Target]:
 
 
 def test_expected_catalogs_ship():
-    assert {p.stem for p in SHIPPED} >= {"x86-avx2", "apple-m2", "nvidia-h100", "nvidia-b200",
-                                         "npu-systolic"}
+    assert {p.stem for p in SHIPPED} >= {"x86-avx2", "x86-avx512", "apple-m2", "nvidia-h100",
+                                         "nvidia-b200", "npu-systolic"}
     assert DEFAULT_TARGET in {p.stem for p in SHIPPED}
 
 
@@ -78,6 +78,7 @@ def test_schema_structure():
 
 def test_backends(targets):
     assert targets["x86-avx2"].backend is Backend.LLVM_CPU
+    assert targets["x86-avx512"].backend is Backend.LLVM_CPU
     assert targets["apple-m2"].backend is Backend.METAL
     assert targets["nvidia-h100"].backend is None
 

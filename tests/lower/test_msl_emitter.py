@@ -271,7 +271,7 @@ def test_s17_memory_with_versions_and_temporaries_overflow(m2: Target) -> None:
     its plan; forcing the versions back to two is refused with the bytes."""
     module = load_example(EXAMPLES["manual_gemm"]).module
     kernel = module.make_manual_gemm(module.GemmConfig(block_m=64, block_n=64, block_k=32),
-                                     resource=mem.shared)
+                                     resource=module.mem.shared)
     plan = plan_kernel(kernel, m2, SHAPES["manual_gemm"])
     assert [(m.name, m.versions, m.max_versions) for m in plan.memories] == [
         ("%As", 1, 2), ("%Bs", 1, 2)]

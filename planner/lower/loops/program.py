@@ -101,6 +101,7 @@ from planner.plan.decisions import (
     Status,
 )
 from planner.realize.binding import ExecutionBinding, bind_execution
+from planner.realize.temporaries import temporary_home
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -1020,12 +1021,23 @@ class _Builder:
                     return int(r.capacity)
         return 512
 
-    def temp_resource(self, shape: tuple[Expr, ...], dtype: DType) -> tuple[str, str]:
-        """Compiler temporaries: registers when they fit, else worker-local storage."""
+    def temp_resource(self, shape: tuple[Expr, ...], dtype: DType, op: Op) -> tuple[str, str]:
+        """The home of a compiler temporary used by ``op`` (the rule the planner priced:
+        :func:`planner.realize.temporaries.temporary_home`)."""
         n = product(shape).const_value()
-        if n is not None and n * dtype.itemsize <= self.private_capacity():
-            return self.resource_for_class("private")
-        return self.resource_for_class("shared")
+        if self.binding is None:  # no target: registers when they fit, else local storage
+            if n is not None and n * dtype.itemsize <= self.private_capacity():
+                return self.resource_for_class("private")
+            return self.resource_for_class("shared")
+        scope = self.binding.context(op).scope
+        nbytes = n * dtype.itemsize if n is not None else 0
+        res = temporary_home(self.binding.target, scope, nbytes, n is not None)
+        if res is None:
+            raise error(f"a {dtype} temporary of {nbytes:,} B used at scope {scope} has no "
+                        f"home on {self.binding.target.name}: no resource serving {scope} "
+                        "that it may write and read has room for it", op.loc, rule="S17",
+                        kind=_KIND)
+        return res.name, res.resource_class
 
     def new_buffer(self, base: str, dtype: DType, layout: Layout, resource: tuple[str, str],
                    role: str, edges: tuple[str, ...] = (), note: str = "",
@@ -1388,11 +1400,11 @@ class _Builder:
                 add(o, i) for o, i in zip(e.window.offsets, idx, strict=True)) \
                 and e.window.shape == shape:
             stage = self.new_buffer(self.temp_name(f"{self.name(v)}.stage"), DType.F32,
-                                    dense(shape), self.temp_resource(shape, DType.F32),
+                                    dense(shape), self.temp_resource(shape, DType.F32, op),
                                     "stage", note="edge tiles of the view window")
             return MmaView(e.window, e.fill, stage)
         stage = self.new_buffer(self.temp_name(f"{self.name(v)}.stage"), DType.F32,
-                                dense(shape), self.temp_resource(shape, DType.F32), "stage",
+                                dense(shape), self.temp_resource(shape, DType.F32, op), "stage",
                                 note="mma operand staging")
         ctx.out.append(Nest(tuple(map(str, idx)), shape, BufWrite(stage, idx, Const(0)), e))
         return MmaBuf(stage, Const(0))

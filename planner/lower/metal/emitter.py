@@ -20,17 +20,29 @@ Execution mapping
   each destination element to one thread, which folds the reduced axis in order; an
   ``mma`` is the same threadgroup-cooperative loop with ``k`` as the folded axis
   (each thread computes some output elements over ``k``).
-* **Buffers (S17).**  Explicit Memory the plan puts in a shared-class resource
-  (threadgroup memory) is a kernel-scope ``threadgroup`` array of its own.  The plan's
-  other threadgroup buffers (materialized edges, staging) and the exchange areas below
-  are compiler temporaries in one ``threadgroup`` pool per element type, where buffers
-  whose lifetimes do not overlap share storage (the plan's capacity counts what is
-  live, not a sum).  Either way a buffer is addressed through its layout: padding,
-  strides and XOR swizzles in the index arithmetic, versions ``version_stride`` apart.
-  A buffer in a private-class resource (virtual tiles, registers) is a set of
+* **Buffers (S17).**  Threadgroup memory is **one byte arena** per kernel, laid out
+  as the plan accounts it: explicit Memory the plan puts in a shared-class resource
+  (live for the whole instance), the plan's other threadgroup buffers (materialized
+  edges, staging), the exchange areas and hoisted values below, whatever their element
+  type, each at a byte offset aligned to the resource's alignment and each read through
+  a typed ``threadgroup T*`` view.  When the buffers side by side fit the plan's peak
+  for the resource (``plan.peaks``) each gets its own bytes (reuse would cost
+  write-after-read barriers); otherwise buffers whose lifetimes do not overlap share
+  bytes, packed so that the arena is at most that peak (the largest sum of bytes live
+  at one statement is the bound every packing needs; first fit in several orders, then
+  a bounded search).  Without a plan the bound is the resource's capacity.  A buffer
+  is addressed through its layout: padding, strides and XOR swizzles in the index
+  arithmetic, versions ``version_stride`` apart.
+  A buffer in a private-class resource (virtual tiles, registers, and explicit Memory
+  of a *descendant worker*: owned by a nested parallel that the execution binding puts
+  below the threadgroup) is a set of
   **per-thread slices**: thread ``t`` holds exactly the elements it computes (element
   ``l`` at slot ``l / threads``), in a ``thread`` array of ``ceil(elements / threads)``
-  slots per version.  A per-thread slice never moves to threadgroup memory on its own:
+  slots per version.  (The group runs a nested parallel's instances one after another,
+  so one set of slices holds the Memory of the instance that runs.)  Explicit Memory
+  in private storage owned by the threadgroup-level parallel (or the kernel) is
+  group-owned private and refused.  A per-thread slice never moves to threadgroup
+  memory on its own:
   when a statement needs elements other threads hold (a reduction along a row, a
   broadcast, a transpose, an mma operand), the threads first *exchange* them: each
   publishes its slice into a threadgroup exchange area, a barrier follows, and the
@@ -39,6 +51,15 @@ Execution mapping
   against threadgroup capacity with everything else.  A buffer in a global-class
   resource (device memory) lives in this group's region of a device scratch buffer per
   element type, which the host allocates (``MslParam.role == "scratch"``).
+* **Hoisting through broadcasts.**  A fused subexpression of a statement that does not
+  depend on one of the statement's distributed variables (a producer fused into a
+  broadcast: ``rsqrt(var[i] + eps)`` in ``y[i, j] = xc[i, j] * rsqrt(var[i] + eps)``)
+  is computed once per element of its own index space, as the cost model prices it
+  and as the CPU backend hoists it: a statement spread over the variables it depends
+  on writes it into a threadgroup area, a barrier follows, and the statement reads
+  the area.  Per-thread slices the subexpression reads along those variables are read
+  by their owners there, so their exchange areas disappear.  If the hoisted areas
+  would take the arena above the plan's peak, nothing is hoisted (a note says so).
 * **View windows** are read through masks (``ulong(index) < ulong(extent)``, the
   load's fill outside) and written under the same masks; a dimension whose window is
   the whole view is not masked.  An ``mma`` operand read from a view window is copied
@@ -70,9 +91,9 @@ the array and the bytes.
 
 Refusals (never a silent change of owner or resource, S17): a target whose backend is
 not Metal, a top-level parallel bound to another scope, explicit Memory with no home
-(group-owned private), a resource class with no Metal placement, threadgroup arrays
-(manual Memory, the plan's temporaries and the exchange areas) larger than the
-target's threadgroup memory, element types outside the subset (``f16``/``bf16``).
+(group-owned private), a resource class with no Metal placement, a threadgroup arena
+(manual Memory, the plan's temporaries, exchange areas and hoisted values) larger than
+the target's threadgroup memory, element types outside the subset (``f16``/``bf16``).
 """
 
 from __future__ import annotations
@@ -90,12 +111,13 @@ from planner.ir.core import Kernel, ReduceFn
 from planner.ir.dtypes import DType
 from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, ceil_div, mul, product
 from planner.ir.layout import dense
+from planner.ir.printer import Printer, PrintOptions, ValueNamer
 from planner.ir.types import ViewType
 from planner.lower.loops import program as lp
 from planner.lower.metal import tables as tb
 from planner.lower.metal.tables import Space
 from planner.plan.decisions import MaterializationPlan, Status
-from planner.realize.binding import ExecutionBinding, bind_execution
+from planner.realize.binding import ExecutionBinding, MemoryBinding, bind_execution
 
 __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
 
@@ -183,13 +205,19 @@ class _Home:
 
     buffer: lp.Buffer
     space: Space
-    array: str
+    array: str  # THREADGROUP: the buffer's typed view into the arena
     capacity: int  # elements of the array this buffer may use
-    offset: int = 0  # first element in its array (pooled temporaries share one per type)
+    offset: int = 0  # THREADGROUP: first byte of the buffer in the arena
     slots: int = 0  # THREAD: elements per thread and version
     exchange: bool = False
-    pooled: bool = False  # a compiler temporary in its type's threadgroup pool
+    pooled: bool = False  # a compiler temporary: in the arena for its lifetime only
     base: Expr = _ZERO  # DEVICE: first element of the buffer in its group's region
+    hoisted: bool = False  # a subexpression computed once per element of its own space
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer takes (all versions; at least one element)."""
+        return max(self.capacity, 1) * self.buffer.dtype.itemsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +297,7 @@ class _LoopCtx:
 
 
 _WHOLE = 1 << 62
+_ARENA_BYTES = "tg_bytes_"  # the arena's bytes (emitter locals end with "_")
 
 
 # =========================================================================== helpers
@@ -283,7 +312,7 @@ def _modulus(v: Expr) -> int | None:
 def _may_alias(p: _Access, a: _Access) -> bool:
     """Whether two accesses may touch the same version of their buffer."""
     if p.buffer != a.buffer:
-        return True  # two temporaries sharing pool storage
+        return True  # two buffers sharing arena bytes
     if isinstance(p.version, Const) and isinstance(a.version, Const):
         return p.version == a.version
     if p.version == a.version and p.loop is not None and p.loop == a.loop:
@@ -324,6 +353,17 @@ def _map_reads(e: lp.Elem, f: Callable[[lp.BufRead], lp.Elem]) -> lp.Elem:
     if not kids:
         return e
     return _REBUILD[type(e)](e, [_map_reads(k, f) for k in kids])
+
+
+def _replace_elems(e: lp.Elem, swap: Mapping[lp.Elem, lp.Elem]) -> lp.Elem:
+    """``e`` with every subexpression equal to a key of ``swap`` replaced."""
+    found = swap.get(e)
+    if found is not None:
+        return found
+    kids = lp.elem_children(e)
+    if not kids:
+        return e
+    return _REBUILD[type(e)](e, [_replace_elems(k, swap) for k in kids])
 
 
 def _reads(w: _Work) -> list[lp.ViewRead | lp.BufRead]:
@@ -428,7 +468,8 @@ def _check_memories(kernel: Kernel, plan: MaterializationPlan | None, target: Ta
 
 class _Emitter:
     def __init__(self, kernel: Kernel, program: lp.LoopProgram, target: Target,
-                 env: Mapping[str, int], threads: int, binding: ExecutionBinding) -> None:
+                 env: Mapping[str, int], threads: int, binding: ExecutionBinding,
+                 plan: MaterializationPlan | None = None) -> None:
         if not 1 <= threads <= 1024:
             raise _fail(f"threads_per_group {threads} is outside Metal's 1..1024",
                         rule="msl-dispatch")
@@ -448,9 +489,21 @@ class _Emitter:
         self.homes: dict[str, _Home] = {}
         self.limits: list[SizeLimit] = []
         self.notes: list[str] = []
-        self.pools: dict[DType, tuple[str, int]] = {}  # dtype -> (array, elements)
         self.scratch: dict[DType, tuple[str, Expr]] = {}  # dtype -> (param, per group)
-        self.pools_shared = False  # whether pooled temporaries share storage by lifetime
+        self.arena = ""  # the threadgroup arena ("" when the kernel needs none)
+        self.arena_bytes = 0
+        self.arena_shared = False  # whether buffers share arena bytes by lifetime
+        self.arena_peak: tuple[int, int] | None = None  # (statement, bytes live there)
+        #: arena buffer -> (bytes, [first, last] statement it is live)
+        self.arena_items: dict[str, tuple[int, tuple[int, int]]] = {}
+        res = self._threadgroup_resource()
+        #: The plan's peak for threadgroup memory: the arena never needs more.
+        self.planned_peak: int | None = None
+        if plan is not None and res is not None:
+            self.planned_peak = next((p.peak_bytes for p in plan.peaks
+                                      if p.resource == res.name), 0)
+        self.hoisting = True
+        self._memory_names: dict[str, MemoryBinding] | None = None
         self.counter = 0
         self.views = {p.name: p for p in program.params}
         self.nonneg_symbols = {e.name for p in program.params for e in p.shape
@@ -496,23 +549,45 @@ class _Emitter:
                             f" which has no place in an emitted Metal kernel (placed: "
                             f"{', '.join(tb.PLACEMENT)})")
             if space is Space.THREAD and buf.role == "memory":
-                raise _fail(f"Memory {what} is group-owned private storage: Metal private "
-                            "storage is per thread (S17 refuses group-owned private)")
+                self._check_private_memory(buf, what)
             size = buf.dtype.itemsize
             if space is Space.DEVICE:
                 self.homes[name] = _Home(buf, space, "", 0)  # placed by place_device
             elif space is Space.THREADGROUP:
                 memory = buf.role == "memory"  # a fixed occupant, else a pooled temporary
-                array = self.names.new(name, "tg_") if memory else ""
+                array = self.names.new(name, "tg_")
                 cap = self.static(buf.total_elements(), what)
-                self.limit(array or f"the {buf.dtype} pool", what, buf.total_elements(), cap,
-                           size)
+                self.limit(array, what, buf.total_elements(), cap, size)
                 self.homes[name] = _Home(buf, space, array, cap, pooled=not memory)
             else:
                 array = self.names.new(name, "r_")
                 slots = max(1, -(-self.static(product(buf.shape), what) // self.threads))
                 self.limit(array, what, product(buf.shape), slots * self.threads, size)
                 self.homes[name] = _Home(buf, space, array, slots * buf.versions, slots=slots)
+
+    def _memory_binding(self, buf: lp.Buffer) -> MemoryBinding | None:
+        """The execution binding's record of the explicit Memory ``buf`` realizes."""
+        if self._memory_names is None:
+            namer = ValueNamer()
+            Printer(PrintOptions(locations=False), namer).print_kernel(self.kernel)
+            self._memory_names = {namer[mb.alloc.memory]: mb
+                                  for mb in self.binding.memory_bindings()}
+        return self._memory_names.get(buf.name)
+
+    def _check_private_memory(self, buf: lp.Buffer, what: str) -> None:
+        """S17: private Memory of a descendant worker is per-thread storage; private
+        Memory owned by the group (or the kernel) has no per-thread meaning: refused."""
+        mb = self._memory_binding(buf)
+        seg = self.segment
+        group = self.binding.scope_of(seg.label) if seg.parallel else self.binding.root
+        if mb is not None and mb.owner_scope != group \
+                and self.target.is_ancestor_or_self(group, mb.owner_scope):
+            return
+        owner = f"{mb.owner} at scope {mb.owner_scope}" if mb is not None else "the group"
+        raise _fail(f"Memory {what} is group-owned private storage (owned by {owner}, the "
+                    f"{group} level): Metal private storage is per thread (S17 refuses "
+                    "group-owned private; declare it inside a nested parallel bound below "
+                    f"{group}, or give it a shared resource)")
 
     def place_device(self) -> None:
         """Device-class buffers: one region per threadgroup of a scratch buffer per type,
@@ -649,6 +724,88 @@ class _Emitter:
                 and buf.shape == tuple(e for _, e in w.dist))
 
     def _with_exchanges(self, w: _Work) -> list[_Node]:
+        """Hoist ``w``'s broadcast subexpressions, then publish per-thread slices that
+        each statement reads away from their owners."""
+        pre, w = self._hoist(w)
+        return [n for x in (*pre, w) for n in self._exchanged(x)]
+
+    # ------------------------------------------------------------------ hoisting
+
+    def _hoist(self, w: _Work) -> tuple[list[_Work], _Work]:
+        """Statements computing ``w``'s broadcast subexpressions once per element of
+        their own index space, and ``w`` reading them (see the module doc).
+
+        A subexpression is hoisted when it computes something (an operator over at
+        least one read) and does not depend on one of ``w``'s distributed variables; the
+        largest such subexpressions are taken.  It must not read what ``w`` writes."""
+        res = self._threadgroup_resource()
+        if not self.hoisting or res is None:
+            return [], w
+        ext = dict((*w.dist, *w.serial))
+        order = [v for v, _ in (*w.dist, *w.serial)]
+        dist = frozenset(v for v, _ in w.dist)
+        dest = w.dest.buffer if isinstance(w.dest, lp.BufWrite) else w.dest.view
+        roots: dict[lp.Elem, frozenset[str]] = {}
+
+        def worth(e: lp.Elem, deps: frozenset[str] | None) -> bool:
+            return (deps is not None and bool(deps) and bool(dist - deps)
+                    and isinstance(e, lp.Unary | lp.Binary | lp.Select | lp.Cast)
+                    and any(True for _ in lp.elem_reads(e)))
+
+        def visit(e: lp.Elem) -> frozenset[str] | None:  # its variables; None: not hoistable
+            kids = lp.elem_children(e)
+            deps = [visit(k) for k in kids]
+            mine: frozenset[str] | None
+            if isinstance(e, lp.BufRead | lp.ViewRead):
+                name = e.buffer if isinstance(e, lp.BufRead) else e.view
+                syms = {s for i in e.index for s in i.symbols()}
+                if isinstance(e, lp.BufRead):
+                    syms |= e.version.symbols()
+                mine = None if name == dest else frozenset(syms & ext.keys())
+            elif isinstance(e, lp.IndexOf):
+                mine = frozenset(e.expr.symbols() & ext.keys())
+            elif isinstance(e, lp.Lit):
+                mine = frozenset()
+            else:
+                mine = None if any(d is None for d in deps) else frozenset().union(*deps)
+            if not worth(e, mine):
+                for k, d in zip(kids, deps, strict=True):
+                    if worth(k, d):
+                        assert d is not None
+                        roots.setdefault(k, d)
+            return mine
+
+        top = visit(w.value)
+        if worth(w.value, top):
+            assert top is not None
+            roots[w.value] = top
+        if not roots:
+            return [], w
+        base = dest if isinstance(w.dest, lp.BufWrite) else f"{dest}.store"
+        pre: list[_Work] = []
+        swap: dict[lp.Elem, lp.Elem] = {}
+        for root, deps in roots.items():
+            vars_ = tuple(v for v in order if v in deps)
+            shape = tuple(ext[v] for v in vars_)
+            self.counter += 1
+            name = f"{base}.h{self.counter}"
+            text = lp.format_elem(root)
+            buf = lp.Buffer(name, root.dtype, dense(shape), res.name, res.resource_class,
+                            role="hoisted", note=f"{text}, once per [{', '.join(vars_)}]")
+            n = self.static(product(shape), f"hoisted {text}")
+            view = self.names.new(name, "tg_")
+            self.limit(view, f"hoisted {text}", product(shape), n, root.dtype.itemsize)
+            self.homes[name] = _Home(buf, Space.THREADGROUP, view, n, pooled=True,
+                                     hoisted=True)
+            idx = tuple(Sym(v) for v in vars_)
+            pre.append(_Work(tuple(zip(vars_, shape, strict=True)), (),
+                             lp.BufWrite(name, idx, Const(0)), root,
+                             comment=f"hoisted out of the broadcast: {text} once per "
+                                     f"[{', '.join(vars_)}]"))
+            swap[root] = lp.BufRead(name, idx, Const(0), root.dtype)
+        return pre, dataclasses.replace(w, value=_replace_elems(w.value, swap))
+
+    def _exchanged(self, w: _Work) -> list[_Node]:
         """Publish per-thread slices that ``w`` reads away from their owners."""
         wanted: dict[tuple[str, Expr], str] = {}
         out: list[_Node] = []
@@ -663,9 +820,10 @@ class _Emitter:
             xbuf = lp.Buffer(xname, src.dtype, dense(src.shape), "exchange", "shared",
                              role="exchange", note=f"exchange of %{src.name}")
             n = self.static(product(src.shape), f"exchange of %{src.name}")
-            self.limit(f"the {src.dtype} pool", f"exchange of %{src.name}",
-                       product(src.shape), n, src.dtype.itemsize)
-            self.homes[xname] = _Home(xbuf, Space.THREADGROUP, "", n, exchange=True,
+            view = self.names.new(xname, "tg_")
+            self.limit(view, f"exchange of %{src.name}", product(src.shape), n,
+                       src.dtype.itemsize)
+            self.homes[xname] = _Home(xbuf, Space.THREADGROUP, view, n, exchange=True,
                                       pooled=True)
             wanted[(r.buffer, r.version)] = xname
             idx = tuple(Sym(v) for v in _vars(len(src.shape)))
@@ -689,67 +847,74 @@ class _Emitter:
 
     # ------------------------------------------------------------------ capacity
 
-    def assign_pools(self, nodes: list[_Node]) -> None:
-        """Give pooled temporaries offsets in their type's pool.  When everything fits
-        side by side each gets its own storage (reuse would cost write-after-read
-        barriers); otherwise buffers whose lifetimes do not overlap share storage (the
-        plan's capacity counts live bytes, not sums)."""
-        live = _lifetimes(nodes, self.homes)
+    def assign_arena(self, nodes: list[_Node]) -> None:
+        """Give every threadgroup buffer its bytes in the arena (see the module doc).
+
+        Side by side when that fits the plan's peak (no reuse, so no write-after-read
+        barriers); otherwise buffers whose lifetimes do not overlap share bytes.  Explicit
+        Memory is live for the whole instance, a temporary from the first to the last
+        statement that touches it (over whole loops where its value crosses a back edge,
+        :func:`_lifetimes`)."""
+        homes = {n: h for n, h in self.homes.items() if h.space is Space.THREADGROUP}
+        self.arena, self.arena_bytes, self.arena_shared = "", 0, False
+        self.arena_peak, self.arena_items = None, {}
+        if not homes:
+            return
         align = self._threadgroup_alignment()
+        live = _lifetimes(nodes, self.homes)
+        items = {n: (_round_up(h.nbytes, align),
+                     live.get(n, (0, _WHOLE)) if h.pooled else (0, _WHOLE))
+                 for n, h in homes.items()}
+        bound = self.arena_bound()
+        apart = sum(size for size, _ in items.values())
+        self.arena_shared = bound is not None and apart > bound
+        offsets, total = _pack(items, bound) if self.arena_shared else _side_by_side(items)
+        self.arena = "tg_arena_"
+        self.arena_bytes = _round_up(total, tb.ARENA_GRANULE)
+        self.arena_peak = _live_peak(items)
+        self.arena_items = items
+        for n, off in offsets.items():
+            self.homes[n] = dataclasses.replace(self.homes[n], offset=off)
+
+    def arena_bound(self) -> int | None:
+        """Bytes the arena may take: the plan's peak, else the resource's capacity."""
+        if self.planned_peak is not None:
+            return self.planned_peak
         res = self._threadgroup_resource()
-        apart = sum(-(-max(h.capacity, 1) * h.buffer.dtype.itemsize // align) * align
-                    for h in self.homes.values() if h.space is Space.THREADGROUP)
-        self.pools_shared = not (res is None or res.capacity is None or apart <= res.capacity)
-        if not self.pools_shared:
-            live = {name: (0, _WHOLE) for name in live}
-        by_type: dict[DType, list[_Home]] = {}
-        for h in self.homes.values():
-            if h.pooled and h.buffer.name in live:
-                by_type.setdefault(h.buffer.dtype, []).append(h)
-        for dt, homes in by_type.items():
-            step = max(1, align // dt.itemsize)
-            array = self.names.new(f"tg_{dt.value}")
-            placed: list[tuple[int, int, tuple[int, int]]] = []  # offset, end, lifetime
-            for h in sorted(homes, key=lambda x: (-x.capacity, live[x.buffer.name])):
-                life = live[h.buffer.name]
-                size = max(h.capacity, 1)
-                busy = sorted((o, e) for o, e, lf in placed
-                              if lf[0] <= life[1] and life[0] <= lf[1])
-                off = 0
-                for o, e in busy:
-                    if off + size <= o:
-                        break
-                    off = max(off, -(-e // step) * step)
-                placed.append((off, off + size, life))
-                self.homes[h.buffer.name] = dataclasses.replace(h, array=array, offset=off)
-            self.pools[dt] = (array, max(e for _, e, _ in placed))
+        return res.capacity if res is not None else None
+
+    def _arena_story(self) -> str:
+        """What is live together where the arena is fullest, for messages."""
+        if self.arena_peak is None:
+            return "nothing"
+        point, live_bytes = self.arena_peak
+        parts = []
+        for h in sorted((self.homes[n] for n in self.arena_items),
+                        key=lambda h: (h.offset, h.buffer.name)):
+            size, (lo, hi) = self.arena_items[h.buffer.name]
+            if lo <= point <= hi:
+                parts.append(f"{_what(h)} {size:,} B")
+        text = " + ".join(parts) + f" = {live_bytes:,} B live together"
+        if self.arena_shared and self.arena_bytes > live_bytes:
+            text += f", packed into {self.arena_bytes:,} B"
+        return text
 
     def check_capacity(self) -> tuple[int, int]:
-        """S17: manual Memory and compiler temporaries together within threadgroup memory."""
+        """S17: manual Memory and compiler temporaries together within threadgroup memory
+        (and, a note otherwise, within the plan's peak)."""
         res = self._threadgroup_resource()
-        align = self._threadgroup_alignment()
-        items: list[tuple[str, int]] = []
-        for h in self.homes.values():
-            if h.space is Space.THREADGROUP and not h.pooled:
-                ver = f" ({h.buffer.versions} versions)" if h.buffer.versions > 1 else ""
-                items.append((f"%{h.buffer.name}{ver}", h.capacity * h.buffer.dtype.itemsize))
-        for dt, (_, n) in self.pools.items():
-            members = [h for h in self.homes.values() if h.pooled and h.buffer.dtype is dt
-                       and h.array]
-            what = ", ".join(f"%{h.buffer.name} {h.capacity * dt.itemsize:,} B"
-                             for h in members if not h.exchange)
-            xch = sum(1 for h in members if h.exchange)
-            if xch:
-                what += (", " if what else "") + f"{xch} exchange areas"
-            items.append((f"{dt} temporaries ({what}; sharing storage when not live "
-                          "together)", n * dt.itemsize))
-        total = sum(-(-b // align) * align for _, b in items)
-        if res is not None and res.capacity is not None and total > res.capacity:
-            parts = " + ".join(f"{nm} {b:,} B" for nm, b in items)
-            raise _fail(f"threadgroup arrays do not fit {res.name}: {parts} = {total:,} B "
-                        f"(each rounded to {align} B) > capacity {res.capacity:,} B per "
-                        f"{res.instance_scope} (manual Memory and compiler temporaries "
-                        "count together)")
+        total = self.arena_bytes
+        if total and res is not None and res.capacity is not None and total > res.capacity:
+            raise _fail(f"threadgroup memory does not fit {res.name}: the arena needs "
+                        f"{total:,} B > capacity {res.capacity:,} B per {res.instance_scope} "
+                        f"({self._arena_story()}; each rounded to "
+                        f"{self._threadgroup_alignment()} B; manual Memory and compiler "
+                        "temporaries count together)")
+        if total and self.planned_peak is not None and total > self.planned_peak:
+            where = res.name if res is not None else "threadgroup memory"
+            self.notes.append(f"the threadgroup arena takes {total:,} B, more than the plan's "
+                              f"peak of {self.planned_peak:,} B for {where} "
+                              f"({self._arena_story()})")
         per_thread = sum(h.capacity * h.buffer.dtype.itemsize for h in self.homes.values()
                          if h.space is Space.THREAD)
         regs = self.target.resources_for_class("private")
@@ -783,8 +948,8 @@ class _Emitter:
                     return
                 if h.space is Space.DEVICE:
                     key, lo, hi, cls = f"%{name}", 0, _WHOLE, "global"
-                else:
-                    key, lo, hi, cls = h.array, h.offset, h.offset + max(h.capacity, 1), "shared"
+                else:  # byte ranges of the one arena: buffers may share bytes
+                    key, lo, hi, cls = self.arena, h.offset, h.offset + h.nbytes, "shared"
                 aligned = aligned and not h.exchange
                 name = f"%{name}"
             loop, shift = None, 0
@@ -882,13 +1047,33 @@ class _Emitter:
 
     # ------------------------------------------------------------------ emission
 
-    def emit(self) -> MslKernel:
-        self.place_buffers()
+    def spread(self) -> list[_Node]:
+        """The segment as spread statements; only the buffers they touch keep a home."""
         nodes = self.convert(self.segment.body)
         used = {b for w in _walk_works(nodes) for b, _ in _work_buffers(w)}
         self.homes = {k: h for k, h in self.homes.items() if k in used}
+        return nodes
+
+    def emit(self) -> MslKernel:
+        self.place_buffers()
+        placed_limits = len(self.limits)
+        nodes = self.spread()
         self.place_device()
-        self.assign_pools(nodes)
+        self.assign_arena(nodes)
+        bound = self.arena_bound()
+        hoists = [h for h in self.homes.values() if h.hoisted]
+        if hoists and bound is not None and self.arena_bytes > bound:
+            # the hoisted values do not fit beside the plan's buffers: evaluate them
+            # where they are used, as the loop program has them
+            self.homes = {k: h for k, h in self.homes.items()
+                          if not (h.exchange or h.hoisted)}
+            del self.limits[placed_limits:]
+            self.hoisting = False
+            nodes = self.spread()
+            self.assign_arena(nodes)
+            self.notes.append(f"{len(hoists)} broadcast subexpressions are evaluated per "
+                              f"element: hoisting them would take the threadgroup arena above "
+                              f"{bound:,} B")
         tg_bytes, thread_bytes = self.check_capacity()
         nodes, _ = self.place_barriers(nodes, [], ())
         printer = _Printer(self)
@@ -1024,7 +1209,7 @@ class _Printer:
         for sw in buf.layout.swizzles:
             mask = ((1 << sw.bits) - 1) << (sw.base + sw.shift)
             text = f"pl_swizzle({_strip(text)}, {mask}, {sw.shift})"
-        base: Expr = Const(h.offset)
+        base: Expr = _ZERO  # a threadgroup buffer's view starts at its first byte
         array = h.array
         if h.space is Space.DEVICE:
             base, array = h.base, _group_pointer(buf.dtype)
@@ -1125,31 +1310,41 @@ class _Printer:
         em = self.em
         lines: list[str] = []
         for h in em.homes.values():
-            if h.pooled:
+            if h.space is Space.THREADGROUP:
                 continue
             if h.space is Space.DEVICE:
                 lines.append(f"  // {_describe_buffer(h.buffer)}: in {h.array}, this group's "
                              f"region from {h.base}")
                 continue
-            how = (f"per-thread slice, {h.slots} of each version per thread"
-                   if h.space is Space.THREAD else "threadgroup array")
-            lines.append(f"  // {_describe_buffer(h.buffer)}: {how}")
+            lines.append(f"  // {_describe_buffer(h.buffer)}: per-thread slice, {h.slots} of "
+                         "each version per thread")
             lines.append("  " + tb.ARRAY_DECL[h.space].format(t=_scalar(h.buffer.dtype),
                                                               name=h.array,
                                                               n=max(h.capacity, 1)))
-        for dt, (array, n) in em.pools.items():
-            how = ("sharing storage when their lifetimes do not overlap" if em.pools_shared
-                   else "side by side")
-            lines.append(f"  // {dt} temporaries in threadgroup memory, {how}:")
-            members = sorted((h for h in em.homes.values() if h.pooled and h.array == array),
-                             key=lambda h: (h.offset, h.buffer.name))
-            for h in members:
-                what = (f"exchange area for the per-thread slices of "
-                        f"%{h.buffer.name.rsplit('.x', 1)[0]}" if h.exchange
-                        else _describe_buffer(h.buffer))
-                lines.append(f"  //   [{h.offset}, {h.offset + h.capacity}) {what}")
-            lines.append("  " + tb.ARRAY_DECL[Space.THREADGROUP].format(
-                t=_scalar(dt), name=array, n=max(n, 1)))
+        if em.arena:
+            lines.extend(self.arena())
+        return lines
+
+    def arena(self) -> list[str]:
+        """The threadgroup arena, its map (byte ranges) and one typed view per buffer."""
+        em = self.em
+        how = ("sharing bytes when their lifetimes do not overlap" if em.arena_shared
+               else "side by side")
+        peak = (f" (the plan's peak: {em.planned_peak:,} B)" if em.planned_peak is not None
+                else "")
+        lines = [f"  // threadgroup memory: one arena of {em.arena_bytes:,} B{peak}, buffers "
+                 f"at byte offsets, {how}:"]
+        members = sorted((em.homes[n] for n in em.arena_items),
+                         key=lambda h: (h.offset, h.buffer.name))
+        for h in members:
+            what = _what(h) if h.exchange or h.hoisted else _describe_buffer(h.buffer)
+            lines.append(f"  //   [{h.offset}, {h.offset + h.nbytes}) {what}")
+        lines.append("  " + tb.ARENA_DECL.format(name=em.arena,
+                                                 n=max(1, em.arena_bytes // tb.ARENA_GRANULE)))
+        lines.append("  " + tb.ARENA_BYTES.format(name=_ARENA_BYTES, arena=em.arena))
+        for h in members:
+            lines.append("  " + tb.ARENA_VIEW.format(t=_scalar(h.buffer.dtype), name=h.array,
+                                                     bytes=_ARENA_BYTES, offset=h.offset))
         return lines
 
     def nodes(self, nodes: Iterable[_Node], ind: str) -> list[str]:
@@ -1353,6 +1548,153 @@ def _lifetimes(nodes: list[_Node], homes: Mapping[str, _Home]) -> dict[str, tupl
     return out
 
 
+_Items = Mapping[str, tuple[int, tuple[int, int]]]  # buffer -> (bytes, [first, last])
+_PACK_SEARCH_NODES = 20_000
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // max(1, step)) * max(1, step)
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _live_peak(items: _Items) -> tuple[int, int]:
+    """(statement, bytes) where the buffers live at once take the most bytes: the least
+    any packing of ``items`` needs."""
+    best = (0, 0)
+    for lo in sorted({life[0] for _, life in items.values()}):
+        held = sum(size for size, life in items.values() if life[0] <= lo <= life[1])
+        if held > best[1]:
+            best = (lo, held)
+    return best
+
+
+def _side_by_side(items: _Items) -> tuple[dict[str, int], int]:
+    """Every buffer its own bytes: explicit Memory (live throughout) first."""
+    offsets: dict[str, int] = {}
+    off = 0
+    for name in sorted(items, key=lambda n: (items[n][1] != (0, _WHOLE), -items[n][0], n)):
+        offsets[name] = off
+        off += items[name][0]
+    return offsets, off
+
+
+def _first_fit(items: _Items, order: Iterable[str]) -> tuple[dict[str, int], int]:
+    placed: dict[str, int] = {}
+    end = 0
+    for name in order:
+        size, life = items[name]
+        busy = sorted((placed[m], placed[m] + items[m][0]) for m in placed
+                      if _overlap(life, items[m][1]))
+        off = 0
+        for o, e in busy:
+            if off + size <= o:
+                break
+            off = max(off, e)
+        placed[name] = off
+        end = max(end, off + size)
+    return placed, end
+
+
+def _spread_fit(items: _Items, order: Iterable[str], bound: int
+                ) -> tuple[dict[str, int], int] | None:
+    """Within ``bound`` bytes, each buffer on bytes no other buffer uses where there is
+    room (sharing bytes costs write-after-read barriers), else first fit by lifetime."""
+    placed: dict[str, int] = {}
+    end = 0
+    for name in order:
+        size, life = items[name]
+        if end + size <= bound:
+            off = end
+        else:  # reuse the bytes of the buffers that died longest ago
+            busy = [(placed[m], placed[m] + items[m][0]) for m in placed
+                    if _overlap(life, items[m][1])]
+            best: tuple[int, int] | None = None
+            for cand in sorted({0, *(placed[m] + items[m][0] for m in placed)}):
+                if cand + size > bound:
+                    break
+                if any(cand < e and o < cand + size for o, e in busy):
+                    continue
+                recent = max((items[m][1][1] for m in placed if placed[m] < cand + size
+                              and cand < placed[m] + items[m][0]), default=-1)
+                if best is None or recent < best[0]:
+                    best = (recent, cand)
+            if best is None:
+                return None
+            off = best[1]
+        placed[name] = off
+        end = max(end, off + size)
+    return placed, end
+
+
+def _pack(items: _Items, bound: int | None = None) -> tuple[dict[str, int], int]:
+    """Byte offsets such that buffers live at the same statement never overlap, and the
+    arena they need (sizes are multiples of the alignment, so offsets are too).
+
+    The largest sum of bytes live at one statement bounds every packing from below (the
+    plan's peak counts exactly that); first fit in a few orders usually reaches it,
+    else a bounded depth-first search over placements on top of earlier buffers tries
+    to.  Packing intervals optimally is NP-hard, so the bound is not always reached.
+    With room below ``bound``, buffers are first spread over bytes of their own."""
+    if bound is not None:
+        for key in (lambda n: (items[n][1][0], -items[n][0], n),
+                    lambda n: (-items[n][0], items[n][1], n)):
+            spread = _spread_fit(items, sorted(items, key=key), bound)
+            if spread is not None:
+                return spread
+    lower = _live_peak(items)[1]
+    orders = (lambda n: (-items[n][0], items[n][1], n),
+              lambda n: (items[n][1][0], -items[n][0], n),
+              lambda n: (items[n][1][0] - items[n][1][1], -items[n][0], n),
+              lambda n: (-items[n][0] * (min(items[n][1][1], 1 << 20) - items[n][1][0] + 1),
+                         n))
+    best = min((_first_fit(items, sorted(items, key=key)) for key in orders),
+               key=lambda r: r[1])
+    if best[1] <= lower:
+        return best
+    order = sorted(items, key=orders[0])
+    found = [best[1], dict(best[0])]
+    visited = 0
+
+    def search(i: int, placed: dict[str, int], end: int) -> None:
+        nonlocal visited
+        if i == len(order):
+            found[:] = [end, dict(placed)]
+            return
+        name = order[i]
+        size, life = items[name]
+        others = [(placed[m], placed[m] + items[m][0]) for m in placed
+                  if _overlap(life, items[m][1])]
+        for off in sorted({0, *(e for _, e in others)}):
+            if off + size >= found[0] or visited >= _PACK_SEARCH_NODES:
+                return
+            if all(off + size <= o or e <= off for o, e in others):
+                visited += 1
+                placed[name] = off
+                search(i + 1, placed, max(end, off + size))
+                del placed[name]
+                if found[0] <= lower:
+                    return
+
+    search(0, {}, 0)
+    offsets, end = found[1], found[0]
+    assert isinstance(offsets, dict) and isinstance(end, int)
+    return offsets, end
+
+
+def _what(h: _Home) -> str:
+    """A buffer of the arena, for messages and the declarations' map."""
+    b = h.buffer
+    if h.exchange:
+        return f"exchange area for the per-thread slices of %{b.name.rsplit('.x', 1)[0]}"
+    if h.hoisted:
+        return f"%{b.name}: {b.note}"
+    ver = f" ({b.versions} versions)" if b.versions > 1 else ""
+    return f"%{b.name}{ver}"
+
+
 def _group_pointer(dtype: DType) -> str:
     return f"group_{dtype.value}_"
 
@@ -1423,4 +1765,4 @@ def emit_msl(kernel: Kernel, plan: MaterializationPlan | None, target: Target, *
         raise _fail(f"the plan for {kernel.name} on {target.name} is infeasible: "
                     + "; ".join(plan.explanation or ("no explanation",)), rule="infeasible")
     program = lp.build_loop_program(kernel, plan, target, binding)
-    return _Emitter(kernel, program, target, env, threads_per_group, binding).emit()
+    return _Emitter(kernel, program, target, env, threads_per_group, binding, plan).emit()

@@ -26,6 +26,10 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import ExprOp
 
 __all__ = [
+    "ARENA_BYTES",
+    "ARENA_DECL",
+    "ARENA_GRANULE",
+    "ARENA_VIEW",
     "ARRAY_DECL",
     "BARRIER",
     "BINARY",
@@ -96,6 +100,16 @@ ARRAY_DECL: dict[Space, str] = {
     Space.THREADGROUP: "threadgroup {t} {name}[{n}];",
     Space.THREAD: "{t} {name}[{n}];",
 }
+
+#: Threadgroup memory is one byte arena per kernel (the plan's capacity counts bytes
+#: live at once, whatever their element type).  ``float4`` is storage only here: it
+#: makes the arena 16-byte aligned (``ARENA_GRANULE`` bytes per element); the bytes are
+#: addressed through a ``uchar`` pointer and each buffer through a typed view at its
+#: byte offset.
+ARENA_GRANULE = 16
+ARENA_DECL = "threadgroup float4 {name}[{n}];"
+ARENA_BYTES = "threadgroup uchar* {name} = reinterpret_cast<threadgroup uchar*>({arena});"
+ARENA_VIEW = "threadgroup {t}* {name} = reinterpret_cast<threadgroup {t}*>({bytes} + {offset});"
 
 #: The barrier statement and the memory flag of each resource class it orders.
 BARRIER = "threadgroup_barrier({flags});"

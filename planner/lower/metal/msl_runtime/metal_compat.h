@@ -37,6 +37,11 @@ typedef uint uint2 __attribute__((ext_vector_type(2)));
 typedef uint uint3 __attribute__((ext_vector_type(3)));
 typedef ushort ushort2 __attribute__((ext_vector_type(2)));
 typedef ushort ushort3 __attribute__((ext_vector_type(3)));
+// float4 is storage only in the subset: the element type of the 16-byte-aligned
+// threadgroup arena (SUBSET.md section 3). No components, constructors or arithmetic.
+struct alignas(16) float4 {
+  float __storage[4];
+};
 
 // ---- the runtime's side (mtl_runtime.c) -------------------------------------------------
 extern "C" {
