@@ -50,9 +50,11 @@ class PlanRequest(_Body):
 class LowerRequest(PlanRequest):
     """Plan a kernel (or reuse the cached plan) and emit code for it."""
 
-    emit: Literal["llvm", "loops", "msl"] = Field(
-        "llvm", description="llvm: LLVM IR; loops: the scheduled loop program; msl: Metal "
-        "Shading Language (400 unsupported while no Metal emitter is installed)")
+    emit: Literal["loops", "llvm", "asm", "msl"] = Field(
+        "llvm", description="a form the target's backend emits (planner.lower.backends): "
+        "loops: the scheduled loop program (every backend); llvm: optimized LLVM IR, asm: "
+        "assembly (llvm-cpu targets); msl: Metal Shading Language (metal targets). Any "
+        "other pairing, and every planning-only target, is 400 unsupported")
 
 
 class CheckRequest(_Body):

@@ -32,8 +32,7 @@ from planner.ir.core import Kernel
 from planner.ir.json_form import kernel_from_json
 from planner.ir.parser import parse_kernel
 from planner.ir.verify import verify
-from planner.lower.cpu.codegen import emit_program
-from planner.lower.loops.program import build_loop_program
+from planner.lower.backends import backend_for, emit_forms
 from planner.prove.proofs import prove_kernel
 from planner.solve import (
     Baseline,
@@ -166,47 +165,26 @@ def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
 
 def lower_job(source: KernelSource, plan: MaterializationPlan, target: Target, emit: str,
               max_ops: int, bindings: Mapping[str, int]) -> str:
-    """The code ``emit`` produces for ``plan`` (see :data:`EMITTERS`)."""
-    emitter = check_emitter(emit, target)
-    return emitter.emit(decode_kernel(source, max_ops, bindings), plan, target)
+    """The code form ``emit`` of ``plan``, from the target's backend in the registry."""
+    return backend_for(target).emit(decode_kernel(source, max_ops, bindings), plan, target,
+                                    emit)
 
 
 def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, Any]:
     return comparison_to_json(compare_plans(labelled))
 
 
-@dataclass(frozen=True, slots=True)
-class Emitter:
-    """A code generator: the catalog backend it needs (None: any target) and the call."""
-
-    backend: str | None
-    emit: Callable[[Kernel, MaterializationPlan, Target], str]
+#: The emit forms the backend registry offers (``planner.lower.backends``).
+EMITTERS: tuple[str, ...] = emit_forms()
 
 
-def _llvm(kernel: Kernel, plan: MaterializationPlan, target: Target) -> str:
-    module, _ = emit_program(build_loop_program(kernel, plan, target))
-    return str(module)
+def check_emitter(emit: str, target: Target) -> None:
+    """400 unsupported unless ``target``'s backend emits ``emit`` (the registry's message).
 
-
-def _loops(kernel: Kernel, plan: MaterializationPlan, target: Target) -> str:
-    return str(build_loop_program(kernel, plan, target))
-
-
-#: ``emit`` choices this build answers; ``msl`` joins when a Metal emitter exists.
-EMITTERS: dict[str, Emitter] = {"llvm": Emitter("llvm-cpu", _llvm), "loops": Emitter(None, _loops)}
-
-
-def check_emitter(emit: str, target: Target) -> Emitter:
-    """The emitter for ``emit`` on ``target``, or 400 unsupported saying why not."""
-    emitter = EMITTERS.get(emit)
-    if emitter is None:
-        raise ApiError(400, "unsupported", f"emit {emit!r} is not available in this build "
-                       f"(available: {', '.join(sorted(EMITTERS))})")
-    backend = target.backend.value if target.backend else None
-    if emitter.backend is not None and backend != emitter.backend:
-        raise ApiError(400, "unsupported", f"emit {emit!r} needs a {emitter.backend} target; "
-                       f"{target.name} has backend {backend or 'none (planning only)'}")
-    return emitter
+    Called before planning, so a request that cannot be lowered is refused at once;
+    a planning-only target gets the message ``planner lower`` prints for it.
+    """
+    backend_for(target).require(target, emit)
 
 
 # -- catalogs --------------------------------------------------------------------------
@@ -295,7 +273,9 @@ class CatalogStore:
             raise
 
     def target(self, name: str) -> Target:
-        """The validated target ``name``, as its current file says (cached by content)."""
+        """The validated target ``name``, as its current file says (cached by content);
+        ``host`` is the catalog that matches this machine."""
+        name = self.registry.resolve_name(name)
         file = self.find(name)
         cached = self._targets.get(file.etag)
         if cached is not None and cached.name == name:

@@ -10,7 +10,8 @@ are the Metal backend's operations with the signatures callers and tests use:
   emit, compile and run the kernel in the Metal emulator in each requested thread
   order on random inputs, compare with the reference interpreter (and with the
   example's independent numpy reference when there is one), and return the report;
-  a mismatch raises :class:`PlannerError` (kind ``mismatch``) carrying the report.
+  a mismatch raises :class:`~planner.errors.PlannerError` (kind ``mismatch``) carrying
+  the report.
 
 Both are thin layers over the registry's ``metal`` backend
 (:func:`planner.lower.backends.check_metal`), which wraps
@@ -23,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from planner.catalog import Target
-from planner.errors import Diagnostic, PlannerError
 from planner.ir.core import Kernel
 from planner.ir.load import LoadedKernel
 from planner.lower.backends import DEFAULT_ORDERS, backend_named, check_metal
@@ -45,8 +45,8 @@ def run_msl_check(loaded_kernel: LoadedKernel | Kernel, plan: MaterializationPla
                   rtol: float = 1e-4, atol: float = 1e-4) -> str:
     """Run the emitted kernel in the emulator in each of ``orders``; the report.
 
-    Raises :class:`PlannerError` (kind ``mismatch``) with the report when an output
-    disagrees with the reference beyond ``rtol``/``atol`` in any order, and the
+    Raises :class:`~planner.errors.PlannerError` (kind ``mismatch``) with the report
+    when an output disagrees with the reference beyond ``rtol``/``atol`` in any order, and the
     emulator's :class:`~planner.lower.metal.emulator.KernelFault` when a run faults or
     diverges at a barrier.
     """
@@ -54,5 +54,5 @@ def run_msl_check(loaded_kernel: LoadedKernel | Kernel, plan: MaterializationPla
     result = check_metal(loaded_kernel, plan, target, bindings, orders, seed=seed,
                          rtol=rtol, atol=atol, emit=emit_msl)
     if not result.ok:
-        raise PlannerError(Diagnostic(result.report, rule=result.rule), kind="mismatch")
+        raise result.mismatch(result.report)
     return result.report

@@ -70,12 +70,12 @@ def _survey_one(ex, target, args: argparse.Namespace) -> tuple[str, bool]:
     backend = find_backend(target)
     if args.no_run or backend is None:
         return f"{row}  -", True
-    unavailable = backend.unavailable()
+    unavailable = backend.unavailable(target)
     if unavailable:
         return f"{row}  skipped: {unavailable}", True
     try:
         result = backend.run(ex.kernel, plan, target, ex.bindings)
     except PlannerError as exc:
         first = exc.diagnostics[0].message if exc.diagnostics else str(exc)
-        return f"{row}  error: {first.splitlines()[0] if first else first}", False
+        return f"{row}  error: {(first.splitlines() or [''])[0]}", False
     return f"{row}  {result.summary}", bool(result.ok)

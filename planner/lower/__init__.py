@@ -30,7 +30,16 @@ _EXPORTS = {
     "emit_forms": "planner.lower.backends",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Backend",
+    "CompiledKernel",
+    "LoopProgram",
+    "RunResult",
+    "backend_for",
+    "build_loop_program",
+    "compile_kernel",
+    "emit_forms",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -135,20 +135,20 @@ class _Run(Protocol):
 class Backend:
     """A code generator: the catalog backend it serves, its emit forms and operations.
 
-    ``title`` is how messages name its targets ("needs a Metal target"); ``forms`` are
+    ``targets`` is how messages name its targets ("needs a Metal target"); ``forms`` are
     the emit forms in the order help texts list them, ``default_form`` what ``planner
-    lower`` prints without ``--emit``; ``unavailable`` says why this machine cannot run
-    its code (None: it can).
+    lower`` prints without ``--emit``; ``unavailable(target)`` says why this machine
+    cannot run the code it makes for ``target`` (None: it can).
     """
 
     name: str
     serves: CatalogBackend
-    title: str
+    targets: str
     forms: tuple[str, ...]
     default_form: str
     lower: _Emit
     runner: _Run
-    unavailable: Callable[[], str | None]
+    unavailable: Callable[[Target], str | None]
 
     def supports(self, form: str) -> bool:
         return form in self.forms
@@ -172,8 +172,8 @@ class Backend:
         if form not in known:
             raise error(f"{option} {form!r} is not a form any backend emits (forms: "
                         f"{', '.join(known)})", kind="unsupported")
-        titles = " or ".join(_article(b.title) for b in BACKENDS if b.supports(form))
-        raise error(f"{option} {form} needs {titles} target; {target.name} lowers to "
+        needs = " or ".join(b.targets for b in BACKENDS if b.supports(form))
+        raise error(f"{option} {form} needs {needs}; {target.name} lowers to "
                     f"{self.serves.value} ({self.name} backend), which emits "
                     f"{', '.join(self.forms)}", kind="unsupported")
 
@@ -196,10 +196,6 @@ class Backend:
         self.require(target)
         return self.runner(kernel, plan, target, bindings, check=check, seed=seed,
                            rtol=rtol, atol=atol, threads=threads, repeat=repeat)
-
-
-def _article(title: str) -> str:
-    return f"{'an' if title[:1].lower() in 'aeiou' else 'a'} {title}"
 
 
 def _plan_label(plan: MaterializationPlan | None) -> str:
@@ -235,6 +231,16 @@ def _cpu_emit(kernel: Kernel, plan: MaterializationPlan | None, target: Target,
 
     compiled = compile_kernel(kernel, plan, target)
     return compiled.llvm_ir if form == "llvm" else compiled.asm
+
+
+def _cpu_unavailable(target: Target) -> str | None:
+    from planner.catalog import host_cpu, missing_host_features
+
+    missing = missing_host_features(target)
+    if not missing:
+        return None
+    return (f"this machine's CPU ({host_cpu()[0]}) lacks {', '.join(missing)}, which "
+            f"{target.name}'s code needs")
 
 
 def _cpu_run(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None, target: Target,
@@ -293,7 +299,7 @@ def _metal_emit(kernel: Kernel, plan: MaterializationPlan | None, target: Target
     return emit_msl(kernel, plan, target).source
 
 
-def _metal_unavailable() -> str | None:
+def _metal_unavailable(target: Target) -> str | None:
     from planner.lower.metal.emulator import clang_available
 
     return None if clang_available() else "clang-19 is not installed (scripts/install_clang.sh)"
@@ -371,9 +377,9 @@ def _metal_run(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None,
 
 #: Every backend, in the order messages list them.
 BACKENDS: tuple[Backend, ...] = (
-    Backend("cpu", CatalogBackend.LLVM_CPU, "llvm-cpu", ("loops", "llvm", "asm"), "loops",
-            _cpu_emit, _cpu_run, lambda: None),
-    Backend("metal", CatalogBackend.METAL, "Metal", ("loops", "msl"), "msl",
+    Backend("cpu", CatalogBackend.LLVM_CPU, "an llvm-cpu target", ("loops", "llvm", "asm"),
+            "loops", _cpu_emit, _cpu_run, _cpu_unavailable),
+    Backend("metal", CatalogBackend.METAL, "a Metal target", ("loops", "msl"), "msl",
             _metal_emit, _metal_run, _metal_unavailable),
 )
 
@@ -413,7 +419,8 @@ def backend_for(target: Target) -> Backend:
     if target.backend is None:
         raise error(f"target {target.name} is planning-only: its catalog says backend: null, "
                     f"and only targets of a registered backend can be lowered or run "
-                    f"(registered: {registered}); use 'planner plan' for it",
+                    f"(registered: {registered}); plan it instead ('planner plan', "
+                    "POST /v1/plan)",
                     kind="unsupported")
     raise error(f"no registered backend serves target {target.name}: its catalog says "
                 f"backend: {target.backend.value} (registered: {registered})",

@@ -35,12 +35,20 @@ Per edge decision (producer value ``v`` → consumer ``c``)
       reductions over axis 0 — pay ``(degree - 1)`` times the read for bank conflicts
       of the layout; a swizzled layout pays one cheap op per element for its address
       arithmetic).  Padding counts toward capacity.
-    * fused: ``v`` is computed inline in the consumer's loop: the producer's compute
-      (or, for a load, its read) at the consumer's execution count.
-    * recomputed: the consumer re-derives ``v`` from global memory: the producer chain
-      up to its loads (re-read at global bandwidth) or to values that cannot be
-      recomputed (reductions, mma results, loop carries: assumed available), plus the
-      producer's exposed latency when the edge crosses pipeline stages.
+    * fused: ``v`` is computed inline in the consumer's loop, reading its own operands
+      as their edges decided (their terms are theirs): the producer's compute (or, for
+      a load, its read) at the consumer's execution count.
+    * recomputed: the consumer re-derives ``v`` from the kernel's inputs, whatever its
+      operands' edges decided: its chain (:func:`recompute_chain`: ``v`` and its
+      recomputable ancestors of the same parallel instance, each once) back to the
+      loads, each re-reading its tile from its view at the global resource's
+      bandwidth (shared by the concurrent instances), or to values that cannot be
+      recomputed (reductions, mma results, loop carries), which are read as their own
+      edges decided; all at the consumer's execution count, plus the producer's
+      exposed latency when the edge crosses pipeline stages.  Not offered where it is
+      the same program as fused (fusion legal and the chain is ``v`` alone: nothing
+      whose realization it would bypass), into an mma accumulator (as fusion), through
+      a Memory snapshot or a load of a view the kernel also stores.
     The producer itself runs once ("home" compute) when at least one of its edges is
     virtual or materialized.
 
@@ -76,11 +84,18 @@ Capacity: what the lowering allocates
     included) must stay within its per-owner-instance capacity.
     ``tests/solve/test_plan_matches_lowering.py`` checks the loop program against it.
 
-Approximations (documented, deliberate): a recomputed chain treats non-recomputable
-inputs as available without extending their lives; the op order is fixed (the
+Approximations (documented, deliberate): a value is held to every point where its
+consumer may be evaluated, also where a recomputation re-derives its operands instead
+of reading them, and a value that stops a recompute chain to every point where the
+chain's root may be evaluated (both over-approximations); reading a stop is free (it
+is a buffer already paid for, usually registers); the op order is fixed (the
 lowering's fusion of sibling loops, which runs two ops' statements as one loop, is
-not modelled); stalls of missing versions are priced per buffer, while the lowering
-overlaps whole stages (one buffer short of versions orders the pipeline for all).
+not modelled; the lowering does not move a nest writing registers earlier); stalls of
+missing versions are priced per buffer, while the lowering overlaps whole stages (one
+buffer short of versions orders the pipeline for all).  Edge terms are per edge, so
+a producer evaluated at several places reading its operands as decided (at home and
+fused into another consumer) pays their reads once, and the edges into a value that
+is only ever recomputed are still priced though nothing reads them.
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ linearized as ``b >= sum(literals) - (n - 1)``, with ``bytes × k`` coefficients
 constraint that cannot bind (its largest possible sum fits) is not emitted.
 
 When CP-SAT finds no solution within its time limit, :func:`solve` returns a heuristic
-plan (:func:`fallback_assignment`) checked by the reference evaluator.
+plan (:func:`fallback_assignment`) checked by the reference evaluator.  A proven optimum
+is made unique by a lexicographic tie-break among equal optima (:func:`tiebreak_order`),
+so the plan does not depend on the worker count or on thread timing.
 
 Constraint groups (legality of an edge, the policy for a value, a baseline's rule for
 an edge, capacity of a resource at a point) can be guarded by assumption literals;
@@ -79,6 +81,11 @@ Cond: TypeAlias = "cp_model.IntVar | bool"  # a literal, or a constant condition
 
 _EXACT = 2**50  # keep objective sums well inside double precision (CP-SAT's LP)
 _RANK = {FUSED: 0, VIRTUAL: 1, RECOMPUTED: 2, MATERIALIZED: 3}
+_PREFERENCE = tuple(sorted(_RANK, key=_RANK.__getitem__))  # the tie-break's choice order
+# ``PRESERVING`` is a frozenset of enums: its iteration order follows string hashes, which
+# PYTHONHASHSEED changes between processes.  The model iterates this tuple instead, so
+# every process builds the same model, constraint for constraint.
+_KEEP = tuple(c for c in CHOICES if c in PRESERVING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +200,7 @@ def _shared_guard(bm: BuiltModel, group: Group) -> list[cp_model.IntVar]:
 def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     p, m = bm.problem, bm.model
     edges = [p.edges[i] for i in v.edges]
-    preserved = [bm.x[(e.index, c)] for e in edges for c in PRESERVING
+    preserved = [bm.x[(e.index, c)] for e in edges for c in _KEEP
                  if (e.index, c) in bm.x]
     if total(v.home) and preserved:
         home = m.NewBoolVar(f"home{v.index}")
@@ -283,7 +290,7 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
     if v.max_versions <= 1:
         return
     m = bm.model
-    cross = [bm.x[(e.index, c)] for e in edges if e.cross_stage for c in PRESERVING
+    cross = [bm.x[(e.index, c)] for e in edges if e.cross_stage for c in _KEEP
              if (e.index, c) in bm.x]
     us = [m.NewBoolVar(f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
     m.AddExactlyOne(us)
@@ -373,7 +380,7 @@ def _home(bm: BuiltModel, vi: int) -> Cond:
     v = bm.problem.values[vi]
     if not v.inlinable:
         return True
-    return _disjunction(bm, ("home", vi), [bm.x[(i, c)] for i in v.edges for c in PRESERVING
+    return _disjunction(bm, ("home", vi), [bm.x[(i, c)] for i in v.edges for c in _KEEP
                                            if (i, c) in bm.x])
 
 
@@ -425,7 +432,7 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
 
     a, b = storage(carry), storage(yielded)
     d = m.NewBoolVar(f"split{carry}_{yielded}")
-    for r in set(a) | set(b):
+    for r in sorted(a.keys() | b.keys(), key=lambda r: (r is not None, r or "")):
         m.Add(d >= a.get(r, 0) - b.get(r, 0))  # type: ignore[operator]
     virtual = _disjunction(bm, ("virtual", yielded), [
         bm.x[(i, VIRTUAL)] for i in p.values[yielded].edges if (i, VIRTUAL) in bm.x])
@@ -558,6 +565,9 @@ class SolveResult:
     objective: int
     bound: int
     wall_s: float
+    # the assignment is the tie-break's canonical optimum (see :func:`solve`); False when
+    # the search stopped at its limit, or the tie-break did before it proved its choice
+    canonical: bool = False
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -590,12 +600,20 @@ def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolv
 
 def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
           progress: Progress | None = None) -> SolveResult:
-    """Minimize estimated time, ties broken by a fixed preference in the same objective.
+    """Minimize estimated time; among equal optima, return one fixed plan.
 
     The objective is ``W × cost + preference`` with ``W`` larger than any preference
     sum, so the cost is minimized first and, among equal-cost plans, the preference
     (fused before virtual before recomputed before materialized, catalog order of
-    placements, more versions) decides: equal inputs give the same plan every run.
+    placements, more versions) decides.  Different plans can still have the same
+    objective, and which of them the parallel search reaches first depends on thread
+    timing, so a proven optimum then goes through a tie-break (:func:`_tie_break`): the
+    lexicographically greatest optimum over :func:`tiebreak_order`, which depends on the
+    problem alone (not on the worker count, timing, the hint or the model's constraint
+    order).  The tie-break has its own time budget, ``max(1, time_limit_s)``; where it
+    runs out, the optimum found last is kept (still optimal, ``canonical`` False).  A
+    search stopped by ``time_limit_s`` (status "feasible") is not tie-broken: what it
+    finds depends on timing by nature.
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
@@ -608,8 +626,10 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     weight = sum(c for _, c in bm.tiebreak) + 1
     if scale > 1 or weight * cost_sum >= _EXACT:
         weight = 1  # a preference would cost the LP its precision: plain cost only
-    bm.model.Minimize(sum(c * weight * lit for lit, c in costs if c)
-                      + (sum(c * lit for lit, c in bm.tiebreak if c) if weight > 1 else 0))
+    terms = [(lit, c * weight) for lit, c in costs if c]
+    if weight > 1:
+        terms += [(lit, c) for lit, c in bm.tiebreak if c]
+    bm.model.Minimize(sum(c * lit for lit, c in terms))
     solver = _solver(time_limit_s, workers)
     callback = _Progress(progress, offset, weight) if progress is not None else None
     status = solver.Solve(bm.model, callback)
@@ -630,10 +650,95 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         ev = evaluate(bm.problem, fallback, bm.restrictions)
         return SolveResult("feasible", fallback, ev.objective, min(bound, ev.objective),
                            time.perf_counter() - start)
-    best = round(solver.ObjectiveValue()) // weight * scale
+    value = round(solver.ObjectiveValue())
+    best = value // weight * scale
     bound = round(solver.BestObjectiveBound()) // weight * scale
-    status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
-    return SolveResult(status_name, decode(bm, solver), best + offset, bound + offset, seconds)
+    if status != cp_model.OPTIMAL:
+        return SolveResult("feasible", decode(bm, solver), best + offset, bound + offset,
+                           seconds)
+    assignment, canonical = _tie_break(bm, terms, value, solver, workers,
+                                       deadline=time.perf_counter() + max(1.0, time_limit_s))
+    return SolveResult("optimal", assignment, best + offset, bound + offset,
+                       time.perf_counter() - start, canonical)
+
+
+def tiebreak_order(bm: BuiltModel) -> list[cp_model.IntVar]:
+    """The decision literals, most significant first, that :func:`_tie_break` orders plans
+    by: every edge's choices in preference order (fused, virtual, recomputed,
+    materialized; edges by index), then every value's placements in catalog order, the
+    version counts of values and then of explicit Memory (more versions first), and the
+    homes of explicit Memory in catalog order.  They determine :func:`decode`'s result."""
+    out = [bm.x[(e.index, c)] for e in bm.problem.edges for c in _PREFERENCE
+           if (e.index, c) in bm.x]
+    out += [bm.y[key] for key in sorted(bm.y)]
+    out += [bm.u[key] for key in sorted(bm.u, key=lambda vk: (vk[0], -vk[1]))]
+    out += [bm.mv[key] for key in sorted(bm.mv, key=lambda mk: (mk[0], -mk[1]))]
+    out += [bm.mh[key] for key in sorted(bm.mh)]
+    return out
+
+
+def _tie_break(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]], value: int,
+               first: cp_model.CpSolver, workers: int, deadline: float
+               ) -> tuple[Assignment, bool]:
+    """The lexicographically greatest optimum over :func:`tiebreak_order` (a literal set
+    to 1 beats 0 at the first position where two optima differ), and whether it is proved.
+
+    ``value`` is the proven optimum of ``terms`` and ``first`` the search that found it.
+    Starting from that solution, each round asks CP-SAT (on a copy of the model, with the
+    objective bounded by ``value``) for an optimum lexicographically greater than the
+    current one; "infeasible" proves the current one is the greatest.  Only proofs and the
+    problem decide the outcome, so parallel workers stay usable; rounds are few (each one
+    moves strictly up) and, without ties, one proof.  When ``deadline`` passes first, the
+    current optimum is returned with False.
+    """
+    order = tiebreak_order(bm)
+    current = [first.BooleanValue(lit) for lit in order]
+    assignment = decode(bm, first)
+    while (left := deadline - time.perf_counter()) > 0.01:
+        m = bm.model.Clone()
+        if terms:
+            m.Add(sum(c * _twin(m, lit) for lit, c in terms) <= value)
+        _lex_greater(m, [_twin(m, lit) for lit in order], current)
+        solver = _solver(left, workers)
+        solver.parameters.stop_after_first_solution = True  # any witness moves us up
+        status = solver.Solve(m)
+        if status == cp_model.INFEASIBLE:
+            return assignment, True
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        current = [solver.BooleanValue(lit) for lit in order]
+        assignment = decode(bm, solver)
+    return assignment, False
+
+
+def _twin(m: cp_model.CpModel, lit: cp_model.IntVar) -> cp_model.IntVar:
+    """``lit`` in ``m``, a clone of its model (same variable indices)."""
+    i = lit.Index()
+    return m.GetBoolVarFromProtoIndex(i) if i >= 0 else \
+        m.GetBoolVarFromProtoIndex(-i - 1).Not()  # type: ignore[return-value]
+
+
+def _lex_greater(m: cp_model.CpModel, lits: list[cp_model.IntVar], values: list[bool]
+                 ) -> None:
+    """Require ``lits`` lexicographically greater than ``values``: equal up to some
+    position where ``values`` has 0 and the literal is 1."""
+    last = max((i for i, v in enumerate(values) if not v), default=-1)
+    prefix: cp_model.IntVar | None = None  # implies: every literal so far equals its value
+    ups = []
+    for i, (lit, v) in enumerate(zip(lits[:last + 1], values, strict=False)):
+        if not v:
+            up = m.NewBoolVar(f"lex_up{i}")
+            m.AddImplication(up, lit)
+            if prefix is not None:
+                m.AddImplication(up, prefix)
+            ups.append(up)
+        if i < last:
+            same = m.NewBoolVar(f"lex_same{i}")
+            m.AddImplication(same, lit if v else lit.Not())
+            if prefix is not None:
+                m.AddImplication(same, prefix)
+            prefix = same
+    m.AddBoolOr(ups)
 
 
 def fallback_assignment(problem: Problem, restrictions: Restrictions | None = None,

@@ -8,8 +8,9 @@ The steps are fixed and each is a library call of its own:
 3. a baseline, if asked for, becomes per-edge restrictions
    (:mod:`planner.solve.baselines`);
 4. :func:`planner.solve.model.build_model` / :func:`~planner.solve.model.solve`
-   minimize estimated time with CP-SAT (fixed seed, ties broken by a fixed preference
-   inside the objective, so equal inputs give the same plan); when the time limit
+   minimize estimated time with CP-SAT (a fixed preference inside the objective, then
+   a proved lexicographic tie-break among equal optima, so equal inputs give the same
+   plan whatever the worker count or thread timing); when the time limit
    passes without any solution, the greedy heuristic of
    :mod:`planner.solve.baselines` is returned as a feasible plan (gap against the
    solver's bound);
@@ -25,8 +26,6 @@ question, and therefore (when solved to optimality) the same plan.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from planner.plan.decisions import (
     ResourcePeak,
     Status,
 )
+from planner.prove import prove_kernel
 from planner.solve.baselines import baseline_restrictions, greedy_assignment
 from planner.solve.costs import (
     MATERIALIZED,
@@ -131,13 +131,10 @@ def _enum(cls: type[E], value: object, what: str) -> E:
 
 def run_proofs(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
                time_limit_s: float) -> tuple[ProofSummary, ...]:
-    """The z3 proofs of ``planner.prove.proofs`` when that module exists, else none."""
-    if importlib.util.find_spec("planner.prove.proofs") is None:
-        return ()
-    proofs = importlib.import_module("planner.prove.proofs")
+    """The z3 proofs of :mod:`planner.prove`, summarized for the plan."""
     budget = int(max(200, min(5000, time_limit_s * 250)))
     try:
-        report = proofs.prove_kernel(kernel, target, bindings=dict(bindings or {}),
+        report = prove_kernel(kernel, target, bindings=dict(bindings or {}),
                                      time_limit_ms=budget)
     except PlannerError:
         raise

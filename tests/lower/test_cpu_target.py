@@ -27,7 +27,7 @@ from planner.lower.cpu import jit
 from planner.lower.cpu.codegen import CodegenConfig
 from planner.lower.cpu.gemm import GemmConfig
 from planner.lower.cpu.jit import TargetSpec, catalog_target, missing_features
-from planner.lower.cpu.runtime import KernelCache
+from planner.lower.cpu.runtime import KernelCache, host_refusal
 from planner.solve.planner import plan_kernel
 
 EXAMPLES = {p.stem: p for p in list_examples()}
@@ -180,6 +180,8 @@ def test_avx512_plan_is_refused_where_avx512_is_missing(monkeypatch: pytest.Monk
         ck(random_inputs(ex.kernel, ex.bindings, 0))
     assert info.value.kind == "unsupported"
     message = info.value.diagnostics[0].message
+    assert ck.refusal == message == host_refusal("x86-avx512")
+    assert host_refusal(target("x86-avx2")) is None and host_refusal() is None
     assert "'x86-avx512'" in message and "'fake-avx2-only'" in message
     assert ", ".join(AVX512) in message
 

@@ -169,13 +169,35 @@ def test_fused_edges_are_computed_inline_in_the_consumer() -> None:
     assert len(final) == 1 and any(isinstance(r, ViewRead) for r in elem_reads(final[0].value))
 
 
-def test_recomputed_producer_is_duplicated_per_consumer() -> None:
-    """Softmax's ``x`` re-read from the view by both of its consumers (two-pass)."""
-    p = program("softmax", decide(Decision.RECOMPUTED, only="%0 ->"))
-    assert "%0" not in {b.name for b in p.buffers}
+def test_inlined_producer_is_duplicated_per_consumer() -> None:
+    """Softmax's ``x`` re-read from the view by both of its consumers (two-pass); for a
+    load, recomputing is the same program (the planner offers only fused there)."""
+    p = program("softmax", decide(Decision.FUSED, only="%0 ->"))
+    assert "0" not in {b.name for b in p.buffers}
     readers = [s for s in stmts(p) if isinstance(s, Nest | ReduceNest)
                and any(isinstance(r, ViewRead) and r.view == "X" for r in elem_reads(s.value))]
     assert len(readers) == 2
+    assert p == program("softmax", decide(Decision.RECOMPUTED, only="%0 ->"))
+
+
+def test_recomputed_chain_ignores_how_its_intermediates_are_realized() -> None:
+    """``sh = x - max`` recomputed into ``exp``: ``x`` stays in local storage for the row
+    max, but the recomputation re-reads ``X`` (and reads the max, a reduction, from its
+    buffer); fused, ``exp`` reads ``x``'s buffer."""
+    fused = program("softmax", decide(Decision.FUSED, only="%3 ->"))
+    recomputed = program("softmax", decide(Decision.RECOMPUTED, only="%3 ->"))
+
+    def exp_nest(p: LoopProgram) -> Nest:
+        return next(s for s in stmts(p) if isinstance(s, Nest) and isinstance(s.dest, BufWrite)
+                    and s.dest.buffer == "4")
+
+    def reads(p: LoopProgram) -> set[str]:
+        return {r.view if isinstance(r, ViewRead) else r.buffer
+                for r in elem_reads(exp_nest(p).value)}
+
+    assert reads(fused) == {"0", "1"}
+    assert reads(recomputed) == {"X", "1"}
+    assert recomputed.buffer("0").role == "materialized"  # still kept for the max
 
 
 def test_virtual_edges_stay_in_registers() -> None:

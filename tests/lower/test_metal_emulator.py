@@ -354,7 +354,12 @@ def test_direct_recursion_is_rejected() -> None:
          "implicit conversion"),
         ("kernel void t(device float* y [[buffer(0)]], uint l [[thread_index_in_simdgroup]]) {}\n",
          "unknown attribute 'thread_index_in_simdgroup'"),
-        ("kernel void t(device float4* y [[buffer(0)]]) {}\n", "unknown type name 'float4'"),
+        ("kernel void t(device float4* y [[buffer(0)]]) {}\n", "element type `float4`"),
+        # float4 is storage only (the threadgroup arena's element): no components, no math
+        ("kernel void t(device float* y [[buffer(0)]]) { threadgroup float4 a[1];"
+         " y[0] = a[0].x; }\n", "no member named 'x'"),
+        ("kernel void t(device float* y [[buffer(0)]]) { threadgroup float4 a[2];"
+         " a[0] = a[0] + a[1]; }\n", "invalid operands"),
         ("kernel void t(device float* y [[buffer(0)]], int g [[thread_position_in_grid]]) {}\n",
          "a position attribute is declared uint"),
         ("kernel void t(device float* y [[buffer(0)]], uint g [[thread_position_in_grid]]) {"

@@ -108,6 +108,18 @@ def assert_matches(out: dict[str, np.ndarray], ref: dict[str, np.ndarray], what:
             f"{what}: {name} differs from the reference interpreter (max abs error {err:.3g})"
 
 
+_ARENA = re.compile(r"^\s*threadgroup float4 tg_arena_\[(\d+)\];$", re.M)
+_TG_ARRAY = re.compile(r"^\s*threadgroup \w+ \w+\[\d+\];$", re.M)
+
+
+def arena_bytes(source: str) -> int:
+    """Bytes of the emitted kernel's threadgroup arena (0: none), read from the source;
+    the arena is the kernel's only threadgroup array."""
+    found = _ARENA.findall(source)
+    assert len(found) <= 1 and len(_TG_ARRAY.findall(source)) == len(found), source
+    return int(found[0]) * 16 if found else 0
+
+
 def filecheck(output: str, checks: str, tmp_path: Path) -> None:
     """Run the pure-Python FileCheck in process on ``output`` against ``checks`` (whose
     ``[[`` are MSL attributes, not FileCheck substitutions)."""
@@ -131,6 +143,9 @@ def test_example_matches_reference_in_two_orders(name: str, how: str, m2: Target
     msl = emit_msl(kernel, plan, m2)
     check = check_msl(msl.source)
     assert check.ok and not check.warnings, check.render()
+    # threadgroup memory is laid out as planned: one arena, never above the plan's peak
+    peak = next((p.peak_bytes for p in plan.peaks if p.resource == "threadgroup_memory"), 0)
+    assert arena_bytes(msl.source) == msl.threadgroup_bytes <= peak, (name, how)
     bindings = SHAPES[name]
     inputs = random_inputs(kernel, bindings, seed=7)
     ref = interpret(kernel, inputs, bindings)
@@ -304,7 +319,13 @@ def test_virtual_tiles_are_per_thread_slices_with_exchanges(m2: Target) -> None:
     assert re.search(r"^  float r_0\[5\];$", msl.source, re.M)  # 4 x 70 over 64 threads
     assert "exchange area for the per-thread slices of %0" in msl.source
     assert msl.thread_bytes == 48  # r_0[5] + r_1[1] + r_4[5] + r_5[1]
-    assert msl.source.count("threadgroup_barrier(") == 4  # after each of 4 exchanges
+    # the plan's peak is one exchange area (%0's 1,120 B): the four exchange areas share
+    # those bytes, so each exchange but the first waits for the readers of the previous
+    # one (3 write-after-read barriers) besides the barrier after each exchange (4)
+    peak = next(p.peak_bytes for p in plan.peaks if p.resource == "threadgroup_memory")
+    assert msl.threadgroup_bytes == peak == 1120
+    assert msl.source.count("exchange: every thread publishes") == 4
+    assert msl.source.count("threadgroup_barrier(") == 7
 
 
 @needs_clang
@@ -322,15 +343,18 @@ def test_device_memory_placement_runs(m2: Target) -> None:
 
 @needs_clang
 def test_temporaries_share_storage_when_they_would_not_fit_apart(m2: Target) -> None:
-    """All-materialize attention at D = 24 keeps ~35 KB of temporaries, more than the
-    32 KiB of threadgroup memory side by side; the plan counts only what is live at
-    once, so the pool shares storage by lifetime (and the barriers follow)."""
+    """All-materialize attention at D = 24 keeps ~35 KB of temporaries (f32, i32 and i1),
+    more than the 32 KiB of threadgroup memory side by side; the plan counts only what
+    is live at once, so the arena shares bytes by lifetime, across element types, within
+    the plan's peak (and the barriers follow)."""
     kernel = load_example(EXAMPLES["attention"]).kernel
     bindings = {"L": 19, "S": 23, "D": 24}
     plan = plan_kernel(kernel, m2, bindings, baseline="all-materialize")
     msl = emit_msl(kernel, plan, m2)
-    assert "sharing storage when their lifetimes do not overlap" in msl.source
-    assert msl.threadgroup_bytes <= 32768
+    assert "sharing bytes when their lifetimes do not overlap" in msl.source
+    assert "threadgroup int* " in msl.source and "threadgroup bool* " in msl.source
+    peak = next(p.peak_bytes for p in plan.peaks if p.resource == "threadgroup_memory")
+    assert msl.threadgroup_bytes <= peak <= 32768
     inputs = random_inputs(kernel, bindings, seed=4)
     ref = interpret(kernel, inputs, bindings)
     for order in ("forward", "reverse"):
@@ -409,20 +433,23 @@ CHECK-NEXT:  constant long& N [[buffer(3)]],
 CHECK-NEXT:  uint tg_pos_ [[threadgroup_position_in_grid]],
 CHECK-NEXT:  uint tid_pos_ [[thread_index_in_threadgroup]]) {
 CHECK:       const long block_m = gid_;
-CHECK:       // f32 temporaries in threadgroup memory
-CHECK-NEXT:  //   [0, 384) %4: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in
-CHECK-NEXT:  //   [384, 667) %0: f32[4, N] stride [N + 1, 1], materialized in threadgroup_memory
-CHECK:       threadgroup float tg_f32[676];
+CHECK:       // threadgroup memory: one arena of 2,688 B (the plan's peak: 2,256 B), buffers at
+CHECK-NEXT:  //   [0, 1536) %4: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in
+CHECK-NEXT:  //   [1536, 2668) %0: f32[4, N] stride [N + 1, 1], materialized in threadgroup_memory
+CHECK:       threadgroup float4 tg_arena_[168];
+CHECK-NEXT:  threadgroup uchar* tg_bytes_ = reinterpret_cast<threadgroup uchar*>(tg_arena_);
+CHECK-NEXT:  threadgroup float* tg_4 = reinterpret_cast<threadgroup float*>(tg_bytes_ + 0);
+CHECK-NEXT:  threadgroup float* tg_0 = reinterpret_cast<threadgroup float*>(tg_bytes_ + 1536);
 CHECK:       // %0 (materialized)
 CHECK-NEXT:  for (long l_ = tid_; l_ < 4 * N; l_ += 64) {
-CHECK:       tg_f32[384 + (i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ?
+CHECK:       tg_0[(i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ?
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // plan: {{.*}} %0 written, then read
-CHECK:       acc_ = pl_max(acc_, tg_f32[384 + (i_0 * (N + 1)) + i_1]);
+CHECK:       acc_ = pl_max(acc_, tg_0[(i_0 * (N + 1)) + i_1]);
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
-CHECK:       tg_f32[pl_swizzle((i_0 * N) + i_1, 112, 4)] = metal::exp(
+CHECK:       tg_4[pl_swizzle((i_0 * N) + i_1, 112, 4)] = metal::exp(
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
 CHECK:       if (ulong((4 * block_m) + i_0) < ulong(M)) {
-CHECK-NEXT:  Y[{{.*}}] = (tg_f32[pl_swizzle((i_0 * N) + i_1, 112, 4)] / tg_f32[{{.*}}]);
+CHECK-NEXT:  Y[{{.*}}] = (tg_4[pl_swizzle((i_0 * N) + i_1, 112, 4)] / tg_{{.*}}]);
 """
 
 MANUAL_GEMM_CHECKS = """\
@@ -436,12 +463,18 @@ CHECK-NEXT:  uint tg_pos_ [[threadgroup_position_in_grid]],
 CHECK-NEXT:  uint tid_pos_ [[thread_index_in_threadgroup]]) {
 CHECK:       const long block_m = gid_ / ((N + 32 - 1) / 32);
 CHECK-NEXT:  const long block_n = gid_ % ((N + 32 - 1) / 32);
-CHECK:       // %As: f32[32, 16] stride [17, 1] x2, memory in threadgroup_memory: threadgroup array
-CHECK-NEXT:  threadgroup float tg_As[1088];
-CHECK-NEXT:  // %Bs: f32[16, 32] stride [1, 16] x2, memory in threadgroup_memory: threadgroup array
-CHECK-NEXT:  threadgroup float tg_Bs[1024];
 CHECK:       float r_acc_1[16];
-CHECK:       threadgroup float tg_f32[512];
+CHECK-NEXT:  // threadgroup memory: one arena of 10,496 B (the plan's peak: 10,496 B), buffers at
+CHECK-SAME:  byte offsets, side by side:
+CHECK-NEXT:  //   [0, 4352) %As: f32[32, 16] stride [17, 1] x2, memory in threadgroup_memory
+CHECK-NEXT:  //   [4352, 8448) %Bs: f32[16, 32] stride [1, 16] x2, memory in threadgroup_memory
+CHECK-NEXT:  //   [8448, 10496) %3.stage.t1: f32[16, 32], stage in threadgroup_memory
+CHECK-NEXT:  threadgroup float4 tg_arena_[656];
+CHECK-NEXT:  threadgroup uchar* tg_bytes_ = reinterpret_cast<threadgroup uchar*>(tg_arena_);
+CHECK-NEXT:  threadgroup float* tg_As = reinterpret_cast<threadgroup float*>(tg_bytes_ + 0);
+CHECK-NEXT:  threadgroup float* tg_Bs = reinterpret_cast<threadgroup float*>(tg_bytes_ + 4352);
+CHECK-NEXT:  threadgroup float* tg_3_stage_t1 = reinterpret_cast<threadgroup float*>(
+CHECK-SAME:  tg_bytes_ + 8448);
 CHECK:       for (long t0_ = 0; t0_ < (K + 16 - 1) / 16 + 1; ++t0_) {
 CHECK-NEXT:  threadgroup_barrier(mem_flags::mem_threadgroup);  // other threads' accesses to %As
 CHECK-NEXT:  {  // stage load: iteration t - 0
@@ -451,13 +484,13 @@ CHECK:       tg_Bs[512 * (k_tiles % 2) + i_0 + (16 * i_1)] =
 CHECK:       {  // stage compute: iteration t - 1
 CHECK-NEXT:  const long it0_ = t0_ - 1;
 CHECK-NEXT:  if (it0_ >= 0 && it0_ < (K + 16 - 1) / 16) {
-CHECK:       tg_f32[(32 * i_0) + i_1] = tg_Bs[512 * (k_tiles % 2) + i_0 + (16 * i_1)];
+CHECK:       tg_3_stage_t1[(32 * i_0) + i_1] = tg_Bs[512 * (k_tiles % 2) + i_0 + (16 * i_1)];
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // {{.*}} to %3.stage.t1
 CHECK-NEXT:  // mma [32 x 16] @ [16 x 32] into %acc_1
 CHECK:       float acc_ = r_acc_1[l_ / 64];
 CHECK-NEXT:  for (long i_2 = 0; i_2 < 16; ++i_2) {
 CHECK-NEXT:  acc_ = acc_ + (tg_As[544 * (k_tiles % 2) + (17 * i_0) + i_2] *
-CHECK-SAME:  tg_f32[(32 * i_2) + i_1]);
+CHECK-SAME:  tg_3_stage_t1[(32 * i_2) + i_1]);
 CHECK:       r_acc_1[l_ / 64] = acc_;
 CHECK:       // store C[32 * %block_m +: 32, 32 * %block_n +: 32]
 CHECK-NOT:   threadgroup_barrier

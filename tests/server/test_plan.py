@@ -160,3 +160,22 @@ def test_lower_msl_is_unsupported_until_a_metal_emitter_exists(client: httpx.Cli
     else:
         assert r.status_code == 400
         assert r.json()["error"]["kind"] == "unsupported"
+
+
+def test_plan_for_the_host_target(client: httpx.Client) -> None:
+    """``"target": "host"`` plans for the CPU catalog that matches this machine (AVX-512
+    catalog only where /proc/cpuinfo lists its features)."""
+    flags: set[str] = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    avx512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags
+    want = "x86-avx512" if avx512 else "x86-avx2"
+    ex = example("softmax")
+    r = client.post("/v1/plan", json={"kernel": kernel_to_json(ex.kernel),
+                                      "bindings": ex.bindings, "target": "host"})
+    assert r.status_code == 200, r.text
+    assert r.json()["target"] == want

@@ -340,8 +340,6 @@ def test_exchange_areas_for_register_tiles_count_on_split_registers() -> None:
     assert not any(h.startswith("exchange") for p in x86.peaks for h, _ in p.holders)
 
 
-@pytest.mark.xfail(strict=True, reason="the Metal emitter pools threadgroup temporaries "
-                                       "per element type (the sum of each type's peak)")
 @pytest.mark.parametrize(("name", "baseline", "capacity"), sorted(EMITTER_POOLS_BY_TYPE,
                                                                    key=str))
 def test_emitter_pools_of_several_element_types(name: str, baseline: str,

@@ -59,7 +59,8 @@ from planner.lower.cpu.jit import (
 from planner.lower.loops.program import LoopProgram, build_loop_program
 from planner.plan.decisions import MaterializationPlan
 
-__all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache"]
+__all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache",
+           "host_refusal"]
 
 _INPUT = "invalid-input"
 _CODEGEN_VERSION = "cpu-1"
@@ -172,6 +173,14 @@ def _refusal(name: str, spec: TargetSpec) -> str | None:
             f"--target host")
 
 
+def host_refusal(target: object = None) -> str | None:
+    """Why this machine must not run code for ``target`` (a Target or its name; None:
+    the default target): the message calling such code raises, or None when it may run.
+    Compiles nothing, so a caller can skip the target up front."""
+    cpu_tgt = _cpu_target(_resolve_target(target, None))
+    return _refusal(cpu_tgt.name, catalog_target(cpu_tgt.cpu))
+
+
 def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
                config: CodegenConfig, spec: TargetSpec) -> str:
     h = hashlib.sha256()
@@ -274,6 +283,11 @@ class CompiledKernel:
     def runnable(self) -> bool:
         """Whether this machine has every feature the code was compiled with."""
         return self._code.refusal is None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why calling this kernel is refused on this machine (None: it runs)."""
+        return self._code.refusal
 
     def with_threads(self, threads: int) -> CompiledKernel:
         return CompiledKernel(self.kernel, self._code, max(1, int(threads)))

@@ -18,17 +18,28 @@ The model
   for loop-carried values, ``stage`` for operand staging, ``reduce`` / ``mma`` for
   results that always need storage).  Buffers are per instance of their segment.
 * **Element expressions** (:class:`Elem`) compute one element of a tile at an index
-  (a tuple of Exprs over nest variables ``i.0``, ``i.1``, ...).  Fused and recomputed
-  edges inline the producer's expression into the consumer, so a recomputed producer
-  is duplicated (softmax's ``x`` re-read from the view by both consumers); virtual and
-  materialized edges read the producer's buffer.  Transposes and broadcasts are index
+  (a tuple of Exprs over nest variables ``i.0``, ``i.1``, ...).  Virtual and
+  materialized edges read the producer's buffer.  A fused edge inlines the producer's
+  expression into the consumer, reading the producer's own operands as their edges
+  decided (a buffer, or their inlined expression).  A recomputed edge re-derives the
+  producer's whole chain from the kernel's inputs, whatever the chain's edges decided:
+  its loads are re-read from their views (a :class:`ViewRead` in the consumer's nest,
+  e.g. softmax's ``x - max`` recomputed into ``exp`` reads ``X`` again even where ``x``
+  is kept in local storage for ``max``), elementwise ops, broadcasts, transposes,
+  ``full`` and ``iota`` are recomputed, and the values that cannot be recomputed
+  (reductions, mma results, loop carries, Memory snapshots, values of another
+  parallel instance, loads of views the kernel stores) are read as their own edges
+  decided; ``planner.solve.costs`` prices the same chain.  Either way the producer is
+  duplicated when several consumers inline it.  Transposes and broadcasts are index
   permutations, never data movement.
 * **Statements.**  :class:`Nest` assigns an expression over an iteration space (the
   innermost variable is the one a backend vectorizes; a nest writing a transposed
   layout iterates so that its destination is unit-stride there);
   :class:`ReduceNest` reduces over its innermost variable; :class:`FusedNest` runs
   sibling nests over the same space as one loop (a producer and the reduction that
-  reads it, one pass over the row instead of two); :class:`Mma` calls the backend's
+  reads it, one pass over the row instead of two; a nest may move before independent
+  nests to join one, unless it writes registers, which would then be held longer than
+  the plan counts); :class:`Mma` calls the backend's
   matrix multiply on row-major buffers, or in place on a view window when it lies
   inside the view (staged with its fill otherwise), other operands being staged;
   :class:`Loop`, :class:`Pipeline`, :class:`Parallel` are the temporal and
@@ -49,6 +60,9 @@ The model
   is read in a state from an earlier iteration or from outside the loop (a recurrence
   through outer Memory), when one Memory is stored in several stages, or when a view
   is stored before the last stage; such loops stay ordered and the program says why.
+  Memory declared inside a temporal region is owned by the nearest spatial parallel
+  (S7): its buffer is one per instance of the segment, created before the loop is
+  scheduled, and a pipeline gives it versions like Memory declared outside.
 * **Loop-carried values** live in a carry buffer with two versions (the current and
   the next iteration, rotated by parity), or one version when the update can be done
   in place: every read of the old value happens before the first write of the new one

@@ -59,7 +59,10 @@ Execution mapping
   on writes it into a threadgroup area, a barrier follows, and the statement reads
   the area.  Per-thread slices the subexpression reads along those variables are read
   by their owners there, so their exchange areas disappear.  If the hoisted areas
-  would take the arena above the plan's peak, nothing is hoisted (a note says so).
+  would take the arena above the plan's peak (a plan with no threadgroup bytes to
+  spare), each thread keeps the value instead while the variables it depends on stay
+  the same: once per thread and source element rather than once per element (a note
+  says so).
 * **View windows** are read through masks (``ulong(index) < ulong(extent)``, the
   load's fill outside) and written under the same masks; a dimension whose window is
   the whole view is not masked.  An ``mma`` operand read from a view window is copied
@@ -118,6 +121,7 @@ from planner.lower.metal import tables as tb
 from planner.lower.metal.tables import Space
 from planner.plan.decisions import MaterializationPlan, Status
 from planner.realize.binding import ExecutionBinding, MemoryBinding, bind_execution
+from planner.realize.temporaries import exchange_home
 
 __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
 
@@ -165,7 +169,7 @@ class MslKernel:
     instances: tuple[Expr, ...]  # the parallel segment's extents (one group per instance)
     sized_for: tuple[tuple[str, int], ...]  # the bindings static sizes were computed for
     limits: tuple[SizeLimit, ...]
-    threadgroup_bytes: int  # threadgroup memory per group
+    threadgroup_bytes: int  # threadgroup memory per group: the arena (at most the plan's peak)
     thread_bytes: int  # per-thread slices per thread
     notes: tuple[str, ...] = ()
 
@@ -231,6 +235,17 @@ class _Work:
     fold: ReduceFn | None = None
     init: lp.Elem | None = None  # the fold's start; None: the identity
     comment: str = ""
+    #: subexpressions each thread keeps while the variables they depend on stay the same
+    #: (``_Cached(k)`` in ``value`` reads the ``k``-th): (expression, its variables)
+    cached: tuple[tuple[lp.Elem, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached(lp.Elem):
+    """A per-thread cached subexpression of the statement (``_Work.cached[index]``)."""
+
+    index: int
+    dtype: DType
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +385,8 @@ def _reads(w: _Work) -> list[lp.ViewRead | lp.BufRead]:
     out = list(lp.elem_reads(w.value))
     if w.init is not None:
         out.extend(lp.elem_reads(w.init))
+    for e, _ in w.cached:
+        out.extend(lp.elem_reads(e))
     return out
 
 
@@ -502,7 +519,8 @@ class _Emitter:
         if plan is not None and res is not None:
             self.planned_peak = next((p.peak_bytes for p in plan.peaks
                                       if p.resource == res.name), 0)
-        self.hoisting = True
+        self.hoisting = True  # broadcast subexpressions into threadgroup memory (else cached)
+        self.cached_exprs = 0  # broadcast subexpressions each thread caches instead
         self._memory_names: dict[str, MemoryBinding] | None = None
         self.counter = 0
         self.views = {p.name: p for p in program.params}
@@ -738,9 +756,7 @@ class _Emitter:
         A subexpression is hoisted when it computes something (an operator over at
         least one read) and does not depend on one of ``w``'s distributed variables; the
         largest such subexpressions are taken.  It must not read what ``w`` writes."""
-        res = self._threadgroup_resource()
-        if not self.hoisting or res is None:
-            return [], w
+        res = self._group_home()
         ext = dict((*w.dist, *w.serial))
         order = [v for v, _ in (*w.dist, *w.serial)]
         dist = frozenset(v for v, _ in w.dist)
@@ -781,6 +797,8 @@ class _Emitter:
             roots[w.value] = top
         if not roots:
             return [], w
+        if not self.hoisting or res is None:
+            return [], self._cache(w, roots, order)
         base = dest if isinstance(w.dest, lp.BufWrite) else f"{dest}.store"
         pre: list[_Work] = []
         swap: dict[lp.Elem, lp.Elem] = {}
@@ -804,6 +822,24 @@ class _Emitter:
                                      f"[{', '.join(vars_)}]"))
             swap[root] = lp.BufRead(name, idx, Const(0), root.dtype)
         return pre, dataclasses.replace(w, value=_replace_elems(w.value, swap))
+
+    def _cache(self, w: _Work, roots: Mapping[lp.Elem, frozenset[str]],
+               order: list[str]) -> _Work:
+        """Without room in threadgroup memory: each thread keeps the value of a broadcast
+        subexpression while the variables it depends on stay the same (once per thread
+        and source element instead of once per element; only over distributed ones)."""
+        dist = {v for v, _ in w.dist}
+        swap: dict[lp.Elem, lp.Elem] = {}
+        cached: list[tuple[lp.Elem, tuple[str, ...]]] = []
+        for root, deps in roots.items():
+            if deps <= dist:
+                swap[root] = _Cached(len(cached), root.dtype)
+                cached.append((root, tuple(v for v in order if v in deps)))
+        if not cached:
+            return w
+        self.cached_exprs += len(cached)
+        return dataclasses.replace(w, value=_replace_elems(w.value, swap),
+                                   cached=tuple(cached))
 
     def _exchanged(self, w: _Work) -> list[_Node]:
         """Publish per-thread slices that ``w`` reads away from their owners."""
@@ -842,7 +878,9 @@ class _Emitter:
             return lp.BufRead(x, r.index, Const(0), r.dtype)
 
         init = _map_reads(w.init, swap) if w.init is not None else None
-        out.append(dataclasses.replace(w, value=_map_reads(w.value, swap), init=init))
+        cached = tuple((_map_reads(e, swap), deps) for e, deps in w.cached)
+        out.append(dataclasses.replace(w, value=_map_reads(w.value, swap), init=init,
+                                       cached=cached))
         return out
 
     # ------------------------------------------------------------------ capacity
@@ -877,11 +915,12 @@ class _Emitter:
             self.homes[n] = dataclasses.replace(self.homes[n], offset=off)
 
     def arena_bound(self) -> int | None:
-        """Bytes the arena may take: the plan's peak, else the resource's capacity."""
-        if self.planned_peak is not None:
-            return self.planned_peak
+        """Bytes the arena may take: the plan's peak (and never the resource's capacity
+        more; a plan made for a bigger target), else the capacity."""
         res = self._threadgroup_resource()
-        return res.capacity if res is not None else None
+        bounds = [b for b in (self.planned_peak, res.capacity if res is not None else None)
+                  if b is not None]
+        return min(bounds) if bounds else None
 
     def _arena_story(self) -> str:
         """What is live together where the arena is fullest, for messages."""
@@ -894,7 +933,8 @@ class _Emitter:
             size, (lo, hi) = self.arena_items[h.buffer.name]
             if lo <= point <= hi:
                 parts.append(f"{_what(h)} {size:,} B")
-        text = " + ".join(parts) + f" = {live_bytes:,} B live together"
+        text = (f"{parts[0]} live" if len(parts) == 1
+                else " + ".join(parts) + f" = {live_bytes:,} B live together")
         if self.arena_shared and self.arena_bytes > live_bytes:
             text += f", packed into {self.arena_bytes:,} B"
         return text
@@ -931,6 +971,16 @@ class _Emitter:
     def _threadgroup_resource(self) -> Resource | None:
         found = self.target.resources_for_class("shared")
         return found[0] if found else None
+
+    def _group_home(self) -> Resource | None:
+        """Where the threads of a group share compiler temporaries (hoisted values): the
+        realization's exchange home for the group's scope, when it is group memory."""
+        seg = self.segment
+        scope = self.binding.scope_of(seg.label) if seg.parallel else self.binding.root
+        res = exchange_home(self.target, scope)
+        if res is None or tb.PLACEMENT.get(res.resource_class) is not Space.THREADGROUP:
+            return None
+        return res
 
     # ------------------------------------------------------------------ barriers
 
@@ -1063,17 +1113,27 @@ class _Emitter:
         bound = self.arena_bound()
         hoists = [h for h in self.homes.values() if h.hoisted]
         if hoists and bound is not None and self.arena_bytes > bound:
-            # the hoisted values do not fit beside the plan's buffers: evaluate them
-            # where they are used, as the loop program has them
+            # the hoisted values do not fit beside the plan's buffers: each thread keeps
+            # them instead (unless that is no smaller: the peak is exceeded anyway)
+            kept = (nodes, self.homes, list(self.limits), self.arena, self.arena_bytes,
+                    self.arena_shared, self.arena_peak, self.arena_items)
             self.homes = {k: h for k, h in self.homes.items()
                           if not (h.exchange or h.hoisted)}
             del self.limits[placed_limits:]
             self.hoisting = False
             nodes = self.spread()
             self.assign_arena(nodes)
-            self.notes.append(f"{len(hoists)} broadcast subexpressions are evaluated per "
-                              f"element: hoisting them would take the threadgroup arena above "
-                              f"{bound:,} B")
+            if self.arena_bytes < kept[4]:
+                rest = len(hoists) - self.cached_exprs
+                self.notes.append(
+                    f"{self.cached_exprs} broadcast subexpressions are kept per thread "
+                    "(evaluated once per thread and source element, not once per source "
+                    "element)" + (f", {rest} evaluated per element" if rest > 0 else "")
+                    + f": hoisting them into threadgroup memory would take the arena above "
+                    f"{bound:,} B")
+            else:
+                (nodes, self.homes, self.limits, self.arena, self.arena_bytes,
+                 self.arena_shared, self.arena_peak, self.arena_items) = kept
         tg_bytes, thread_bytes = self.check_capacity()
         nodes, _ = self.place_barriers(nodes, [], ())
         printer = _Printer(self)
@@ -1418,6 +1478,14 @@ class _Printer:
             body.append(f"{deep}}}")
         if w.fold is not None:
             body.extend(self.store(w, "acc_", inner))
+        ext = dict(w.dist)
+        keep: list[str] = []  # per-thread caches: recompute when the key changes
+        for k, (e, deps) in enumerate(w.cached):
+            key = self.index(_row_major(tuple(Sym(v) for v in deps),
+                                        tuple(ext[v] for v in deps)))
+            keep.append(f"{inner}if ({key} != hk{k}_) {{ hk{k}_ = {key}; hc{k}_ = "
+                        f"{self.elem(e, w)}; }}")
+        body = [*keep, *body]
         text = "\n".join(body)
         dist_vars = tuple(v for v, _ in w.dist)
         decomp = [ln for ln, v in zip(self.decompose("l_", dist_vars,
@@ -1426,9 +1494,19 @@ class _Printer:
                   if re.search(rf"\b{self.sym(v)}\b", text)]
         total = _strip(self.expr(product(tuple(e for _, e in w.dist))))
         head = [f"{ind}// {w.comment}"] if w.comment else []
-        return [*head,
-                f"{ind}for (long l_ = tid_; l_ < {total}; l_ += {self.em.threads}) {{",
+        loop = [f"{ind}for (long l_ = tid_; l_ < {total}; l_ += {self.em.threads}) {{",
                 *decomp, *body, f"{ind}}}"]
+        if not w.cached:
+            return [*head, *loop]
+        what = "; ".join(f"{lp.format_elem(e)} while [{', '.join(deps)}] stays the same"
+                         for e, deps in w.cached)
+        decls = [f"{ind}  {_scalar(e.dtype)} hc{k}_ = {tb.literal(0, e.dtype)};\n"
+                 f"{ind}  long hk{k}_ = -1;" for k, (e, _) in enumerate(w.cached)]
+        return [*head, f"{ind}{{  // each thread keeps {what}", *decls,
+                *(f"  {ln}" for ln in loop), f"{ind}}}"]
+
+    def _cached(self, e: _Cached, w: _Work) -> str:
+        return f"hc{e.index}_"
 
     def store(self, w: _Work, value: str, ind: str) -> list[str]:
         d = w.dest
@@ -1465,7 +1543,7 @@ _CONVERT: dict[type, Callable[[_Emitter, Any], list[_Node]]] = {
 _ELEM: dict[type, Callable[[_Printer, Any, _Work], str]] = {
     lp.Lit: _Printer._lit, lp.IndexOf: _Printer._indexof, lp.ViewRead: _Printer._viewread,
     lp.BufRead: _Printer._bufread, lp.Unary: _Printer._unary, lp.Binary: _Printer._binary,
-    lp.Select: _Printer._select, lp.Cast: _Printer._cast,
+    lp.Select: _Printer._select, lp.Cast: _Printer._cast, _Cached: _Printer._cached,
 }
 #: Spread statement -> its printer.
 _NODE: dict[type, Callable[[_Printer, Any, str], list[str]]] = {
