@@ -62,7 +62,10 @@ def test_progress_reports_best_and_bound() -> None:
 def test_time_limit_gives_a_feasible_plan_with_its_gap() -> None:
     from planner.solve import Status
 
-    k = small_dag(5, ops=400)
+    # 278 edges: CP-SAT cannot prove optimality in 0.05 s, and the heuristic fallback
+    # (whose own wall-clock budget is 5 s) finishes well within it on a loaded 2-core
+    # machine (400 ops / 695 edges took 4.8-6.8 s there: a timing-dependent test)
+    k = small_dag(5, ops=150)
     quick = plan_kernel(k, target("x86-avx2"), {"M": 64, "N": 64}, time_limit_s=0.05)
     assert quick.status in (Status.OPTIMAL, Status.FEASIBLE)
     assert 0 <= quick.bound <= quick.objective
