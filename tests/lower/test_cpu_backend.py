@@ -37,7 +37,7 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower import CompiledKernel, build_loop_program, compile_kernel
-from planner.lower.cpu.codegen import CodegenConfig
+from planner.lower.cpu.config import CodegenConfig
 from planner.lower.cpu.runtime import KernelCache
 from planner.lower.loops.program import Pipeline, walk_stmts
 from planner.plan.decisions import Decision, EdgePlan, LayoutChoice, MaterializationPlan

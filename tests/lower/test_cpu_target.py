@@ -24,7 +24,7 @@ from planner.ir.examples import list_examples, load_example
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower import CompiledKernel, compile_kernel
 from planner.lower.cpu import jit
-from planner.lower.cpu.codegen import CodegenConfig
+from planner.lower.cpu.config import CodegenConfig
 from planner.lower.cpu.gemm import GemmConfig
 from planner.lower.cpu.jit import TargetSpec, catalog_target, missing_features
 from planner.lower.cpu.runtime import KernelCache, host_refusal

@@ -25,7 +25,8 @@ from planner.ir.examples import builtin_examples_dir, load_example
 from planner.ir.frontend import mem
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower.loops import program as lp
-from planner.lower.metal.emitter import _live_peak, _pack, emit_msl
+from planner.lower.metal.arena import _live_peak, _pack
+from planner.lower.metal.emitter import emit_msl
 from planner.lower.metal.emulator import check_msl, clang_available
 from planner.lower.metal.runtime import run_msl_kernel
 from planner.plan.decisions import MaterializationPlan

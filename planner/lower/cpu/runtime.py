@@ -47,7 +47,9 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
-from planner.lower.cpu.codegen import CodegenConfig, ModuleInfo, emit_program
+from planner.lower.cpu.abi import ModuleInfo
+from planner.lower.cpu.codegen import emit_program
+from planner.lower.cpu.config import CodegenConfig
 from planner.lower.cpu.jit import (
     CompiledModule,
     TargetSpec,

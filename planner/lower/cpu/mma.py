@@ -1,0 +1,183 @@
+"""``mma`` statements: the small kernel or the packed GEMM on buffers or view windows
+(edge tiles staged with their fill), the per-worker packing scratch, and the staging
+copies an mma reads through instead."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+
+import llvmlite.ir as ir
+
+from planner.ir.dtypes import DType
+from planner.ir.expr import Const, Expr, Sym, add
+from planner.lower.cpu.gemm import emit_scratch_floats
+from planner.lower.cpu.llvm_helpers import F32P, I8P, I32, I64, c64, declare_function
+from planner.lower.cpu.nests import _Nests
+from planner.lower.loops import program as lp
+
+
+class _Mma(_Nests):
+    """Emits the mma statements of a segment function."""
+
+    def mma(self, s: lp.Mma) -> None:
+        m, n, k = self.expr(s.m), self.expr(s.n), self.expr(s.k)
+        c_ptr, ldc, _ = self.mma_buffer(s.c)
+        a_ptr, rsa, csa = self.mma_operand(s.a)
+        b_ptr, rsb, csb = self.mma_operand(s.b)
+        b = self.b
+        acc = ir.Constant(I32, int(s.accumulate))
+        work = b.mul(b.mul(m, n), k)
+        small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
+        unit = b.and_(b.icmp_signed("==", csa, c64(1)), b.icmp_signed("==", csb, c64(1)))
+        with b.if_else(b.and_(small, unit)) as (then, other):
+            with then:
+                b.call(self.cg.small_gemm(),
+                       [m, n, k, a_ptr, rsa, b_ptr, rsb, c_ptr, ldc, acc])
+            with other:
+                scratch = self.gemm_scratch(n)
+                b.call(self.cg.sgemm(), [m, n, k, a_ptr, rsa, csa, b_ptr, rsb, csb, c_ptr,
+                                         ldc, acc, scratch])
+
+    def gemm_scratch(self, n: ir.Value) -> ir.Value:
+        """Packing scratch for an mma with ``n`` columns: one buffer per call of the
+        segment function (one per worker), grown on demand and freed on return."""
+        b = self.b
+        if self.scratch is None:
+            with b.goto_block(self.entry):
+                if self.entry.instructions:
+                    b.position_before(self.entry.instructions[0])
+                ptr, cap = b.alloca(F32P, name="gemm.scratch"), b.alloca(I64, name="gemm.cap")
+                b.store(ir.Constant(F32P, None), ptr)
+                b.store(c64(0), cap)
+            self.scratch = (ptr, cap)
+        ptr, cap = self.scratch
+        mod = self.cg.module
+        need = emit_scratch_floats(b, self.cg.gemm_config, n)
+        with b.if_then(b.icmp_signed(">", need, b.load(cap)), likely=False):
+            free = declare_function(mod, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+            alloc = declare_function(mod, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
+            trap = mod.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
+            b.call(free, [b.bitcast(b.load(ptr), I8P)])
+            raw = b.call(alloc, [c64(64), b.mul(need, c64(4))])  # need*4: a multiple of 64
+            with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
+                b.call(trap, [])
+            b.store(b.bitcast(raw, F32P), ptr)
+            b.store(need, cap)
+        return b.load(ptr)
+
+    def free_scratch(self) -> None:
+        if self.scratch is not None:
+            free = declare_function(self.cg.module, "free",
+                                    ir.FunctionType(ir.VoidType(), [I8P]))
+            self.b.call(free, [self.b.bitcast(self.b.load(self.scratch[0]), I8P)])
+
+    def mma_buffer(self, o: lp.MmaBuf) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Pointer, row stride and column stride (elements) of a buffer operand."""
+        o = self.mma_forward.get(o.buffer, o)
+        buf = self.cg.program.buffer(o.buffer)
+        strides = buf.layout.strides
+        return (self.buffer_ptr(o.buffer, o.version), self.expr(strides[0]),
+                self.expr(strides[1]))
+
+    def mma_operand(self, o: lp.MmaBuf | lp.MmaView
+                    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Pointer, row stride and column stride (elements) of an mma operand."""
+        if isinstance(o, lp.MmaBuf):
+            return self.mma_buffer(o)
+        b = self.b
+        win = o.window
+        stride0 = self.env[self.cg.stride_sym(win.view, 0)]
+        inside = self.windows_inside((win,))
+        with b.if_else(inside) as (then, other):
+            with then:
+                off = self.expr(self.view_offset(win.view, win.offsets))
+                p_in = b.gep(self.view_ptr(win.view), [off])
+                blk_in = b.block
+            with other:
+                idx = tuple(Sym(lp.nest_var(i)) for i in range(2))
+                read = lp.ViewRead(win.view, tuple(add(o_, i) for o_, i in
+                                                   zip(win.offsets, idx, strict=True)),
+                                   o.fill, DType.F32, win)
+                copy = lp.Nest((lp.nest_var(0), lp.nest_var(1)), win.shape,
+                               lp.BufWrite(o.staging, idx, Const(0)), read)
+                self.nest_body(copy, (copy,), edge=True)
+                p_out = self.buffer_ptr(o.staging, Const(0))
+                ld_out = self.expr(win.shape[1])
+                blk_out = b.block
+        ptr = b.phi(F32P)
+        ptr.add_incoming(p_in, blk_in)
+        ptr.add_incoming(p_out, blk_out)
+        ld = b.phi(I64)
+        ld.add_incoming(stride0, blk_in)
+        ld.add_incoming(ld_out, blk_out)
+        return ptr, ld, c64(1)
+
+    def forwarded_copies(self, stmts: tuple[lp.Stmt, ...]
+                         ) -> tuple[set[int], dict[int, dict[str, lp.MmaBuf]]]:
+        """Staging copies an mma can skip: ``%stage[i, j] = %src[i, j]`` of a whole
+        operand, followed (with only nests writing other buffers in between) by the mma
+        that reads ``%stage``. The packed GEMM takes both element strides of ``%src``
+        (a column-major ``Bs``, say) and packs it directly, so the copy is dropped and
+        the mma reads ``%src``. Returns the indices of the skipped copies and, per mma
+        index, the operand substitutions."""
+        skip: set[int] = set()
+        subst: dict[int, dict[str, lp.MmaBuf]] = {}
+        prog = self.cg.program
+        for j, mm in enumerate(stmts):
+            if not isinstance(mm, lp.Mma):
+                continue
+            for o, dims in ((mm.a, (mm.m, mm.k)), (mm.b, (mm.k, mm.n))):
+                if not isinstance(o, lp.MmaBuf) or o.version != Const(0):
+                    continue
+                stage = prog.buffer(o.buffer)
+                if stage.role != "stage":
+                    continue
+                for i in range(j - 1, -1, -1):
+                    s = stmts[i]
+                    if not isinstance(s, lp.Nest) or not isinstance(s.dest, lp.BufWrite):
+                        break
+                    if s.dest.buffer != o.buffer:
+                        continue  # another nest; checked below that it leaves src alone
+                    src = _plain_copy_source(s, prog, dims)
+                    between = stmts[i + 1 : j]  # nests writing buffers (checked above)
+                    if src is not None and all(
+                            t.dest.buffer != src.buffer  # type: ignore[union-attr]
+                            and o.buffer not in _buffers_read(t.value)  # type: ignore[union-attr]
+                            for t in between):
+                        skip.add(i)
+                        subst.setdefault(j, {})[o.buffer] = src
+                    break
+        return skip, subst
+
+
+def _buffers_read(e: object) -> set[str]:
+    """Names of the buffers an element expression reads."""
+    if isinstance(e, lp.BufRead):
+        return {e.buffer} | _buffers_read(e.index)
+    if isinstance(e, tuple):
+        return set().union(*(_buffers_read(x) for x in e))
+    if is_dataclass(e) and isinstance(e, lp.Elem):
+        return set().union(*(_buffers_read(getattr(e, f.name)) for f in fields(e)))
+    return set()
+
+
+def _plain_copy_source(s: lp.Nest, prog: lp.LoopProgram, dims: tuple[Expr, Expr]
+                       ) -> lp.MmaBuf | None:
+    """``src`` when ``s`` is ``%stage[i, j] = %src<v>[i, j]`` over exactly ``dims``, with
+    ``%src`` an f32 buffer of plain (unswizzled) strides; else None."""
+    dest, val = s.dest, s.value
+    if not (isinstance(dest, lp.BufWrite) and isinstance(val, lp.BufRead)):
+        return None
+    if dest.version != Const(0) or val.index != dest.index or len(dest.index) != 2:
+        return None
+    ext = dict(zip(s.vars, s.extents, strict=True))
+    if not all(isinstance(x, Sym) and x.name in ext for x in dest.index) \
+            or len(set(dest.index)) != 2 or len(s.vars) != 2:
+        return None
+    if tuple(ext[x.name] for x in dest.index) != dims:  # type: ignore[union-attr]
+        return None
+    src = prog.buffer(val.buffer)
+    if src.dtype is not DType.F32 or src.layout.swizzles or src.layout.rank != 2 \
+            or val.dtype is not DType.F32:
+        return None
+    return lp.MmaBuf(val.buffer, val.version)

@@ -1,0 +1,225 @@
+"""Building the priced planning problem of a kernel on a target.
+
+:func:`build_problem` checks that every size is concrete, indexes the kernel's dataflow
+graph, prices every edge and value (:mod:`planner.solve.pricing`), decides how long each
+value is held and which temporaries it needs (:mod:`planner.solve.holding`), adds the
+explicit Memory (:mod:`planner.solve.memories`), and assembles the per-owner capacities,
+the checked program points and the constant every plan pays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+import networkx as nx
+
+from planner.catalog import Target
+from planner.errors import Diagnostic, PlannerError
+from planner.ir import core
+from planner.ir.core import Kernel, LoopOp, ParallelOp
+from planner.ir.expr import Expr
+from planner.ir.graph import dataflow_graph, live_edges, node_names
+from planner.ir.printer import Printer, PrintOptions
+from planner.ir.types import TileType
+from planner.plan.decisions import Policy
+from planner.realize.binding import ROOT_OWNER, bind_execution
+from planner.solve.context import Context, executions_of, node_terms, owner_of
+from planner.solve.figures import Figures
+from planner.solve.holding import Holding
+from planner.solve.legality import SINKS
+from planner.solve.memories import memory_occupants
+from planner.solve.pricing import price_edge, price_reads, price_value
+from planner.solve.problem import (
+    CHOICES,
+    TRAFFIC,
+    LivePoint,
+    MemoryOccupant,
+    Point,
+    Problem,
+    Temp,
+    Terms,
+    Value,
+    add_terms,
+    illegal_text,
+    terms,
+)
+
+
+def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
+                  policy: Policy = Policy.DEFAULT) -> Problem:
+    """Price every choice of every live edge of ``kernel`` on ``target``.
+
+    Every size must be concrete: unbound symbols raise :class:`PlannerError` naming them.
+    """
+    env = {k: int(v) for k, v in (bindings or {}).items()}
+    policy = Policy(policy)
+    _check_bound(kernel, env)
+    g = dataflow_graph(kernel, env)
+    printer = Printer(PrintOptions(locations=False))
+    printer.print_kernel(kernel)
+    ctx = Context(kernel, target, Figures(target), env, g, dict(printer.namer.names),
+                  bind_execution(kernel, target, env))
+    _index_regions(ctx)
+    ctx.stored_views.update(id(op.view) for op in kernel.walk() if isinstance(op, core.StoreOp))
+    _name_nodes(ctx)
+    _resolve_allocs(ctx)
+    points = _points(ctx)
+    edge_keys = live_edges(g)
+    producers = sorted({u for u, _, _ in edge_keys} | _value_nodes(g),
+                       key=lambda n: g.nodes[n]["order"])
+    value_of = {n: i for i, n in enumerate(producers)}
+    edges_of: dict[str, list[int]] = {n: [] for n in producers}
+    for i, (u, _, _) in enumerate(edge_keys):
+        edges_of[u].append(i)
+    raw_edges = [price_edge(ctx, i, key, value_of[key[0]]) for i, key in enumerate(edge_keys)]
+    values = [price_value(ctx, i, n, [raw_edges[j] for j in edges_of[n]], policy)
+              for i, n in enumerate(producers)]
+    edges = [price_reads(ctx, e, values[e.value]) for e in raw_edges]
+    held = Holding(ctx, values, edges, value_of)
+    values, edges = held.values, held.edges
+    temps = held.temps()
+    memories = memory_occupants(ctx)
+    capacities = _capacities(ctx, values, memories, points)
+    live = _live_points(values, memories, points, temps)
+    # the constant prices each Memory's traffic in its first home: move the cheapest
+    # home's difference into it, so that every home's own term is non-negative
+    shifts = [min(m.home_cost, default=0) for m in memories]
+    memories = [dataclasses.replace(m, home_cost=tuple(c - d for c in m.home_cost))
+                for m, d in zip(memories, shifts, strict=True)]
+    constant = add_terms(_constant(ctx, values), terms(**{TRAFFIC: sum(shifts)}))
+    used = [r.name for r in target.resources if any(r.name == n for n, _ in capacities)]
+    for e in edges:
+        if not any(e.legal(c) for c in CHOICES):
+            ctx.static_infeasible.append(f"{e.edge_id}: no legal choice ({illegal_text(e)})")
+    return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
+                   tuple(values), tuple(edges), tuple(memories), points, tuple(live),
+                   capacities, constant, tuple(ctx.static_infeasible), tuple(used),
+                   tuple(held.guards), tuple(temps))
+
+
+def _value_nodes(g: nx.MultiDiGraph) -> set[str]:
+    return {n for n, d in g.nodes(data=True) if not d.get("sink") and d.get("value") is not None}
+
+
+def _check_bound(kernel: Kernel, env: Mapping[str, int]) -> None:
+    exprs: list[Expr] = []
+    for op in kernel.walk():
+        if isinstance(op, (ParallelOp, LoopOp)):
+            exprs += [a.extent for a in op.axes]
+        if isinstance(op, core.AllocOp):
+            exprs += list(op.layout.shape) + list(op.layout.strides)
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                exprs += list(r.type.shape)
+    missing = _missing(exprs, env)
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise PlannerError(Diagnostic(
+            f"planning kernel {kernel.name!r} needs concrete sizes: unbound symbol(s) "
+            f"{names} (bind them, e.g. --bind {sorted(missing)[0]}=128)", kernel.loc),
+            kind="unbound")
+
+
+def _missing(exprs: Iterable[Expr], env: Mapping[str, int]) -> set[str]:
+    out: set[str] = set()
+    for e in exprs:
+        out |= {s for s in e.symbols() if s not in env and not s.startswith("%")}
+    return out
+
+
+def _index_regions(ctx: Context) -> None:
+    for op in ctx.kernel.walk():
+        if isinstance(op, ParallelOp):
+            ctx.parallels[op.label] = op
+        elif isinstance(op, LoopOp):
+            ctx.loops[op.label] = op
+    ctx.owner_scope[ROOT_OWNER] = ctx.binding.root
+    ctx.owner_scope.update(ctx.binding.parallel_scope)
+    for _, d in ctx.g.nodes(data=True):
+        for label in d["region"]:
+            if label in ctx.loops:
+                lo, hi = ctx.loop_span.get(label, (d["order"], d["order"]))
+                ctx.loop_span[label] = (min(lo, d["order"]), max(hi, d["order"]))
+
+
+def _name_nodes(ctx: Context) -> None:
+    ctx.node_name.update(node_names(ctx.g, ctx.names))
+    ctx.node_by_name.update({name: n for n, name in ctx.node_name.items()})
+
+
+def _resolve_allocs(ctx: Context) -> None:
+    for mb in ctx.binding.memory_bindings():
+        res = mb.home
+        ctx.alloc_resource[id(mb.alloc.memory)] = res
+        if res is None:
+            op = mb.alloc
+            ctx.static_infeasible.append(
+                f"Memory %{ctx.names.get(op.memory, '?')} ({mb.resource_class}) owned by "
+                f"{op.owner} at scope {mb.owner_scope} has no home on {ctx.target.name}: no "
+                f"{mb.resource_class} resource serves {mb.owner_scope} (S17: the owner is "
+                "not changed)")
+
+
+def _points(ctx: Context) -> dict[int, Point]:
+    out: dict[int, Point] = {}
+    for n, d in ctx.g.nodes(data=True):
+        out[d["order"]] = Point(d["order"], f"{ctx.node_name[n]} = {d['kind']}"
+                                if not d.get("sink") else ctx.node_name[n],
+                                owner_of(ctx, d["region"]), d.get("stage"), d.get("pipeline"))
+    return dict(sorted(out.items()))
+
+
+def _capacities(ctx: Context, values: list[Value], memories: list[MemoryOccupant],
+                points: Mapping[int, Point]) -> dict[tuple[str, str], int | None]:
+    owners = {p.owner for p in points.values()} | {v.owner for v in values}
+    out: dict[tuple[str, str], int | None] = {}
+    for owner in sorted(owners):
+        scope = ctx.owner_scope[owner]
+        reg = ctx.fig.register_home(scope)
+        if reg is not None:
+            out[(reg[0].name, owner)] = reg[1]
+        for r in ctx.target.resources:
+            if r.resource_class == "private" and reg is not None and r.name == reg[0].name:
+                continue
+            cap, reason = ctx.fig.capacity_for(r, scope)
+            if not reason:
+                out[(r.name, owner)] = cap
+    for m in memories:
+        for home in m.homes:
+            out.setdefault((home, m.owner), ctx.target.resource(home).capacity)
+    return out
+
+
+def _live_points(values: list[Value], memories: list[MemoryOccupant],
+                 points: Mapping[int, Point], temps: list[Temp] = ()  # type: ignore[assignment]
+                 ) -> list[LivePoint]:
+    """Holders live at each point where something starts (other points are dominated)."""
+    items: list[tuple[int, int, str, tuple[int, int]]] = [
+        (s.start, s.end, "v", (v.index, i)) for v in values for i, s in enumerate(v.segments)]
+    items += [(m.span[0], m.span[1], "m", (m.index, 0)) for m in memories]
+    items += [(t.point, t.point + 1, "t", (t.index, 0)) for t in temps]
+    items.sort()
+    out: list[LivePoint] = []
+    active: list[tuple[int, int, str, tuple[int, int]]] = []
+    pos = 0
+    for p in sorted({it[0] for it in items}):
+        while pos < len(items) and items[pos][0] <= p:
+            active.append(items[pos])
+            pos += 1
+        active = [it for it in active if it[1] > p]
+        if p not in points:
+            continue
+        segs = tuple(sorted(it[3] for it in active if it[2] == "v"))
+        mems = tuple(sorted(it[3][0] for it in active if it[2] == "m"))
+        tmps = tuple(sorted(it[3][0] for it in active if it[2] == "t"))
+        out.append(LivePoint(p, points[p].owner, segs, mems, tmps))
+    return out
+
+
+def _constant(ctx: Context, values: list[Value]) -> Terms:
+    parts: list[Terms] = [v.home for v in values if not v.edges]
+    for n, d in ctx.g.nodes(data=True):
+        if d.get("sink") and d["kind"] in SINKS:
+            parts.append(node_terms(ctx, n, executions_of(ctx, d)))
+    return add_terms(*parts)

@@ -1,0 +1,253 @@
+"""The reference semantics of a priced problem, in pure Python.
+
+:func:`allowed_choices` (what the policy or a baseline leaves an edge), :func:`evaluate`
+(an assignment's constraints checked and every cost term attributed to an edge),
+:class:`Truth` (what an assignment implies: where each value is evaluated and stored,
+which guards and temporaries hold) and :func:`occupancies` (bytes per resource at every
+checked point, with the holders).  Plans are decoded, explained and exhaustively checked
+with it; :mod:`planner.solve.model` encodes the same semantics for CP-SAT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planner.plan.decisions import Decision
+from planner.solve.problem import (
+    CHOICES,
+    FUSED,
+    INLINING,
+    MATERIALIZED,
+    PRESERVING,
+    RECOMPUTED,
+    STALLS,
+    TRAFFIC,
+    VIRTUAL,
+    Assignment,
+    Edge,
+    Evaluation,
+    Lit,
+    Occupancy,
+    Problem,
+    Segment,
+    Temp,
+    Terms,
+    Value,
+    add_terms,
+    terms,
+)
+
+
+def derived_flags(problem: Problem, choices: tuple[Decision, ...], v: Value
+                  ) -> tuple[bool, bool, bool]:
+    """(home, materialized, preserved across stages) of value ``v`` under ``choices``."""
+    es = [problem.edges[i] for i in v.edges]
+    home = any(choices[e.index] in PRESERVING for e in es)
+    mat = any(choices[e.index] is MATERIALIZED for e in es)
+    cross = any(choices[e.index] in PRESERVING and e.cross_stage for e in es)
+    return home, mat, cross
+
+
+def allowed_choices(problem: Problem, e: Edge,
+                    restrictions: Mapping[int, frozenset[Decision]] | None = None
+                    ) -> list[Decision]:
+    """Legal choices of ``e`` under the policy, or under a baseline's restrictions.
+
+    A baseline is a complete strategy: where it restricts an edge, the policy does not
+    apply.  The ``expensive-only`` policy only inlines edges where inlining is legal.
+    """
+    v = problem.values[e.value]
+    out = [c for c in CHOICES if e.legal(c)]
+    if restrictions and e.index in restrictions:
+        return [c for c in out if c in restrictions[e.index]]
+    if v.policy == "preserve":
+        out = [c for c in out if c in PRESERVING]
+    elif v.policy == "inline":
+        out = [c for c in out if c in INLINING] or out
+    return out
+
+
+def evaluate(problem: Problem, a: Assignment,
+             restrictions: Mapping[int, frozenset[Decision]] | None = None) -> Evaluation:
+    """The reference semantics: constraints checked and every cost term attributed to an edge.
+
+    Value-level costs go to one of the value's edges: the home compute to its first
+    preserved edge, the write (and barrier) to its first materialized edge, a stall to
+    its first preserved cross-stage edge.
+    """
+    bad: list[str] = []
+    edge_terms: list[Terms] = [() for _ in problem.edges]
+    for e in problem.edges:
+        c = a.choices[e.index]
+        if c not in allowed_choices(problem, e, restrictions):
+            bad.append(f"{e.edge_id}: {c.value} is not allowed")
+    for v in problem.values:
+        bad += _evaluate_value(problem, a, v, edge_terms)
+    memory_terms: list[Terms] = []
+    for m in problem.memories:
+        k = a.memory_versions[m.index] if a.memory_versions else 1
+        if not 1 <= k <= m.max_versions:
+            bad.append(f"Memory {m.name}: {k} versions outside 1..{m.max_versions}")
+            continue
+        h = m.home_of(a)
+        if not 0 <= h < len(m.homes):
+            bad.append(f"Memory {m.name}: home {h} outside its {len(m.homes)} homes")
+            continue
+        memory_terms.append(terms(**{STALLS: m.stall[k - 1],
+                                     TRAFFIC: m.home_cost[h] if m.home_cost else 0}))
+    occupancy = occupancies(problem, a)
+    for occ in occupancy:
+        if occ.capacity is not None and occ.bytes > occ.capacity:
+            bad.append(f"{occ.resource} holds {occ.bytes} B > {occ.capacity} B at point "
+                       f"{occ.point}")
+    return Evaluation(tuple(bad), tuple(edge_terms), add_terms(*memory_terms),
+                      problem.constant, tuple(occupancy))
+
+
+def _evaluate_value(problem: Problem, a: Assignment, v: Value,
+                    edge_terms: list[Terms]) -> list[str]:
+    bad: list[str] = []
+    home, mat, cross = derived_flags(problem, a.choices, v)
+    q = a.placement[v.index]
+    k = a.versions[v.index]
+    es = [problem.edges[i] for i in v.edges]
+    if mat != (q is not None):
+        bad.append(f"{v.name}: placement {q} does not match its materialized edges")
+    if not 1 <= k <= v.max_versions or (k != 1 and not cross):
+        bad.append(f"{v.name}: {k} versions (allowed 1..{v.max_versions}, 1 unless preserved "
+                   "across stages)")
+    for e in es:
+        c = a.choices[e.index]
+        part: list[Terms] = []
+        if c is FUSED:
+            part.append(e.fused)
+        elif c is RECOMPUTED:
+            part.append(e.recompute)
+        elif c is MATERIALIZED and q is not None:
+            read = e.reads[q] if q < len(e.reads) else None
+            if read is None:
+                bad.append(f"{e.edge_id}: placement in {v.placements[q].resource} is not "
+                           "admissible")
+            else:
+                part.append(read)
+        edge_terms[e.index] = add_terms(edge_terms[e.index], *part)
+    first_home = next((e for e in es if a.choices[e.index] in PRESERVING), None)
+    if home and first_home is not None:
+        edge_terms[first_home.index] = add_terms(edge_terms[first_home.index], v.home)
+    first_mat = next((e for e in es if a.choices[e.index] is MATERIALIZED), None)
+    if first_mat is not None and q is not None:
+        edge_terms[first_mat.index] = add_terms(edge_terms[first_mat.index],
+                                                v.placements[q].write)
+    first_cross = next((e for e in es if a.choices[e.index] in PRESERVING and e.cross_stage),
+                       None)
+    if first_cross is not None and 1 <= k <= v.max_versions:
+        edge_terms[first_cross.index] = add_terms(edge_terms[first_cross.index],
+                                                  terms(**{STALLS: v.stall[k - 1]}))
+    return bad
+
+
+class Truth:
+    """What an assignment implies beyond its choices: where each value is evaluated, where
+    it is stored, and hence which guards and temporaries hold."""
+
+    def __init__(self, problem: Problem, a: Assignment) -> None:
+        self.problem = problem
+        self.a = a
+        self._sites: dict[int, frozenset[int]] = {}
+
+    def home(self, vi: int) -> bool:
+        """Whether value ``vi`` is computed at its own point (into its buffer)."""
+        v = self.problem.values[vi]
+        return not v.inlinable or any(self.a.choices[i] in PRESERVING for i in v.edges)
+
+    def sites(self, vi: int) -> frozenset[int]:
+        """The points where value ``vi``'s expression is evaluated."""
+        if vi not in self._sites:
+            v = self.problem.values[vi]
+            out = {v.def_point} if self.home(vi) else set()
+            for i in v.edges:
+                e = self.problem.edges[i]
+                c = self.a.choices[i]
+                if c in INLINING and e.legal(c):  # (an illegal choice is reported anyway)
+                    out |= ({e.consumer_point} if e.consumer_value is None
+                            else self.sites(e.consumer_value))
+            self._sites[vi] = frozenset(out)
+        return self._sites[vi]
+
+    def storage(self, vi: int) -> str | None:
+        """The resource of the value's one buffer (its placement, else its registers)."""
+        v = self.problem.values[vi]
+        q = self.a.placement[vi]
+        return v.placements[q].resource if q is not None else v.register
+
+    def guard(self, gi: int) -> bool:
+        g = self.problem.guards[gi]
+        if g.kind == "site":
+            return g.b in self.sites(g.a)
+        return self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
+
+    def mixed(self, vi: int) -> bool:
+        """Kept in registers for some edges and in a buffer for others (two copies)."""
+        return self.a.placement[vi] is not None and any(
+            self.a.choices[i] is VIRTUAL for i in self.problem.values[vi].edges)
+
+    def lit(self, lit: Lit) -> bool:
+        kind, i, arg = lit
+        if kind == "x":
+            return self.a.choices[i] is arg
+        if kind == "y":
+            return self.a.placement[i] == arg
+        return self.guard(i)
+
+    def temp(self, t: Temp) -> bool:
+        return any(all(self.lit(x) for x in alt) for alt in t.when)
+
+
+def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
+                 truth: Truth | None = None) -> tuple[bool, bool]:
+    """(in registers, in its materialized buffer) over ``seg``."""
+    cs = [a.choices[i] for i in seg.edges]
+    reg, mat = VIRTUAL in cs, MATERIALIZED in cs
+    for i, g in seg.guarded:
+        c = a.choices[i]
+        if c in PRESERVING and not (reg if c is VIRTUAL else mat):
+            truth = truth or Truth(problem, a)
+            if truth.guard(g):
+                reg, mat = reg or c is VIRTUAL, mat or c is MATERIALIZED
+    return reg, mat
+
+
+def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
+    """Bytes held per resource at every checked point, with the holders."""
+    out: list[Occupancy] = []
+    truth = Truth(problem, a)
+    live: dict[tuple[int, int], tuple[bool, bool]] = {}
+    for lp in problem.live_points:
+        held: dict[str, list[tuple[str, int]]] = {}
+        for vi, si in lp.segments:
+            v = problem.values[vi]
+            if (vi, si) not in live:
+                live[(vi, si)] = segment_live(problem, a, v, v.segments[si], truth)
+            reg, mat = live[(vi, si)]
+            k = a.versions[vi]
+            label = v.name if k == 1 else f"{v.name} ×{k}"
+            if reg and v.register is not None:
+                held.setdefault(v.register, []).append((label, v.reg_bytes * k))
+            q = a.placement[vi]
+            if mat and q is not None:
+                p = v.placements[q]
+                held.setdefault(p.resource, []).append((label, p.bytes * k))
+        for mi in lp.memories:
+            m = problem.memories[mi]
+            k = a.memory_versions[mi] if a.memory_versions else 1
+            h = m.home_of(a)
+            held.setdefault(m.homes[h], []).append(
+                (m.name if k == 1 else f"{m.name} ×{k}", m.home_bytes[h] * k))
+        for ti in lp.temps:
+            t = problem.temps[ti]
+            if truth.temp(t):
+                held.setdefault(t.resource, []).append((t.name, t.bytes))
+        for res, holders in sorted(held.items()):
+            out.append(Occupancy(res, lp.owner, lp.point, sum(b for _, b in holders),
+                                 problem.capacity(res, lp.owner), tuple(holders)))
+    return out

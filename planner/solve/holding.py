@@ -1,0 +1,451 @@
+"""Where and how long every value is held, as the lowering allocates it.
+
+:class:`Holding` turns the priced values and edges into their live segments: a value's
+lifetime to each reader's evaluation, the decision-dependent extensions where a reader is
+inlined into a later consumer (:class:`~planner.solve.problem.Guard` ``site``), loop
+carries' buffers (in place, ping-pong, or split from the yielded value's), and the
+compiler temporaries a statement needs (mma operand staging and register exchange areas,
+:class:`~planner.solve.problem.Temp`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from planner.catalog import Resource
+from planner.ir import core
+from planner.ir.expr import product
+from planner.realize.temporaries import exchange_home, temporary_home
+from planner.solve.context import Context, eval_int, owner_of, span, tile_shape
+from planner.solve.layouts import align, layout_bytes, version_bytes
+from planner.solve.legality import is_elementwise_kind, is_inlinable_kind, recompute_chain
+from planner.solve.problem import (
+    FUSED,
+    MATERIALIZED,
+    RECOMPUTED,
+    VIRTUAL,
+    Edge,
+    Guard,
+    Lit,
+    Segment,
+    Temp,
+    Value,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Carry:
+    """A loop carry and the value yielded to it (one buffer in the lowering when aliased)."""
+
+    value: int
+    yielded: int
+    yield_node: str
+    yield_def: int
+    loop_end: int  # one past the loop's last point
+    aliased: bool  # the yielded value is computed straight into the carry's buffer
+    copies: int  # 2: the old value is read after the new one is written (ping-pong)
+
+
+class Holding:
+    """Where and how long every value is held, as the lowering allocates it.
+
+    * A value is held from its definition through the evaluation of its last reader
+      (the reader's result and its operands coexist), and a reader fused or recomputed
+      into a later consumer is evaluated there: the value's lifetime then extends to
+      that consumer (a decision-dependent :class:`Guard` ``site``).
+    * A loop carry's buffer exists for the whole loop: until its yielded value is
+      written into it (in place, when the old value is not read afterwards, else two
+      versions for the whole loop), and beside the yielded value when their storage
+      differs (a :class:`Guard` ``split``: the lowering then copies at the yield).
+    * Temporaries: mma operand staging and, where registers are split among the
+      owner's threads, exchange areas (:class:`Temp`).
+    """
+
+    def __init__(self, ctx: Context, values: list[Value], edges: list[Edge],
+                 value_of: Mapping[str, int]) -> None:
+        self.ctx = ctx
+        g = ctx.g
+        self.point_node = {int(d["order"]): n for n, d in g.nodes(data=True)}
+        cnode = [ctx.node_by_name[e.consumer] for e in edges]
+        self.edges = [dataclasses.replace(
+            e, consumer_value=value_of.get(cn), consumer_point=int(g.nodes[cn]["order"]),
+            aligned=self._aligned_hop(e, cn, values)) for e, cn in zip(edges, cnode,
+                                                                         strict=True)]
+        self.values = [dataclasses.replace(v, inlinable=is_inlinable_kind(v.kind))
+                       for v in values]
+        self._reach: dict[int, frozenset[int]] = {}
+        self._aligned_to: dict[tuple[int, int], bool] = {}
+        self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
+                       for v in self.values]
+        self.guards: list[Guard] = []
+        self._guard_index: dict[Guard, int] = {}
+        self._chain_roots = self._stop_readers()
+        self._chain_aligned: dict[tuple[int, str], bool] = {}
+        self.carries = {c.value: c for c in self._carries()}
+        self._scale_carries()
+        self._held()
+        self.values = [self._segments(v) for v in self.values]
+
+    # ------------------------------------------------------------------ structure
+
+    def _aligned_hop(self, e: Edge, cn: str, values: list[Value]) -> bool:
+        kind = e.consumer_kind
+        if kind in ("tile.store", "memory.store", "loop.carry"):
+            return True
+        if kind == "tile.mma":
+            return e.operand == 2
+        if is_elementwise_kind(kind):
+            result = self.ctx.g.nodes[cn].get("value")
+            return result is not None and tile_shape(self.ctx, result) == values[e.value].shape
+        return False
+
+    def can_home(self, vi: int) -> bool:
+        v = self.values[vi]
+        return not v.inlinable or any(self.edges[i].legal(VIRTUAL)
+                                      or self.edges[i].legal(MATERIALIZED) for i in v.edges)
+
+    def _inline_edges(self, vi: int) -> list[Edge]:
+        return [e for i in self.values[vi].edges if (e := self.edges[i]).legal(FUSED)
+                or e.legal(RECOMPUTED)]
+
+    def reach(self, vi: int) -> frozenset[int]:
+        """Later points where value ``vi`` may be evaluated (inlined into consumers)."""
+        if vi not in self._reach:
+            out: set[int] = set()
+            for e in self._inline_edges(vi):
+                if e.consumer_value is None:
+                    out.add(e.consumer_point)
+                    continue
+                if self.can_home(e.consumer_value):
+                    out.add(self.values[e.consumer_value].def_point)
+                out |= self.reach(e.consumer_value)
+            self._reach[vi] = frozenset(out)
+        return self._reach[vi]
+
+    def aligned_to(self, vi: int, site: int) -> bool:
+        """Whether every inlining path from ``vi`` to ``site`` reads element for element."""
+        key = (vi, site)
+        if key not in self._aligned_to:
+            ok = True
+            for e in self._inline_edges(vi):
+                if e.consumer_value is None:
+                    if e.consumer_point == site:
+                        ok = ok and e.aligned
+                    continue
+                c = self.values[e.consumer_value]
+                if c.def_point == site:
+                    ok = ok and e.aligned
+                elif site in self.reach(c.index):
+                    ok = ok and e.aligned and self.aligned_to(c.index, site)
+            self._aligned_to[key] = ok
+        return self._aligned_to[key]
+
+    def guard(self, kind: str, a: int, b: int) -> int:
+        gd = Guard(kind, a, b)
+        if gd not in self._guard_index:
+            self._guard_index[gd] = len(self.guards)
+            self.guards.append(gd)
+        return self._guard_index[gd]
+
+    def _sites_of(self, e: Edge) -> list[tuple[int, int | None, bool]]:
+        """(point, site guard, read element for element) of every evaluation of ``e``'s
+        consumer that may read ``e``'s value; guard None: the consumer is a sink.
+
+        A value that stops a recompute chain (a reduction, mma result or loop carry) is
+        also read wherever a recomputation re-derives its consumer: where the chain's
+        root may be evaluated (an over-approximation when the root is evaluated there
+        only in its own, decided, way)."""
+        if e.consumer_value is None:
+            return [(e.consumer_point, None, e.aligned)]
+        c = self.values[e.consumer_value]
+        out = [(c.def_point, self.guard("site", c.index, c.def_point), e.aligned)]
+        out += [(n, self.guard("site", c.index, n), e.aligned and self.aligned_to(c.index, n))
+                for n in sorted(self.reach(c.index))]
+        for t in self._chain_roots.get(e.index, ()):
+            along = e.aligned and self._aligned_in_chain(t, c.node)
+            out += [(n, self.guard("site", t, n), along and self.aligned_to(t, n))
+                    for n in sorted(self.reach(t))]
+        return out
+
+    def _stop_readers(self) -> dict[int, list[int]]:
+        """Edge -> the values whose recompute chain contains the edge's consumer (not as
+        its root) but not its producer: the chain stops there and reads the value."""
+        ctx = self.ctx
+        value_at = {v.node: v.index for v in self.values}
+        edge_at = {(self.values[e.value].node, ctx.node_by_name[e.consumer], e.operand): e.index
+                   for e in self.edges}
+        out: dict[int, list[int]] = {}
+        for t in self.values:
+            if not any(self.edges[i].legal(RECOMPUTED) for i in t.edges):
+                continue
+            members = recompute_chain(ctx, t.node).members
+            for m in members - {t.node}:
+                for w, _, d in ctx.g.in_edges(m, data=True):
+                    i = edge_at.get((w, m, d["operand"]))
+                    if w not in members and w in value_at and i is not None:
+                        out.setdefault(i, []).append(t.index)
+        return out
+
+    def _aligned_in_chain(self, t: int, node: str) -> bool:
+        """Whether every path from chain member ``node`` to the chain's root ``t`` reads
+        element for element."""
+        key = (t, node)
+        if key not in self._chain_aligned:
+            root = self.values[t]
+            members = recompute_chain(self.ctx, root.node).members
+            ok = True
+            if node != root.node:
+                v = next(x for x in self.values if x.node == node)
+                for i in v.edges:
+                    e = self.edges[i]
+                    if e.consumer_value is None:
+                        continue
+                    cn = self.values[e.consumer_value].node
+                    if cn in members:
+                        ok = ok and e.aligned and self._aligned_in_chain(t, cn)
+            self._chain_aligned[key] = ok
+        return self._chain_aligned[key]
+
+    # ------------------------------------------------------------------ carries
+
+    def _carries(self) -> list[_Carry]:
+        g = self.ctx.g
+        out = []
+        for v in self.values:
+            if v.kind != "loop.carry":
+                continue
+            fed = [e for e in self.edges if e.loop_carried and e.consumer_value == v.index]
+            if len(fed) != 1:
+                continue
+            y = self.values[fed[0].value]
+            label = g.nodes[v.node]["loop"]
+            end = self.ctx.loop_span[label][1] + 1
+            yields = sum(1 for i in y.edges if self.edges[i].loop_carried)
+            aliased = (tuple(g.nodes[y.node]["region"][-1:]) == (label,) and yields == 1
+                       and y.max_versions == 1 and y.kind != "loop.carry")
+            copies = 1
+            if aliased:
+                for i in v.edges:
+                    e = self.edges[i]
+                    if label not in g.nodes[self.ctx.node_by_name[e.consumer]]["loops"]:
+                        continue  # a use of the loop result
+                    for n, _, aligned in self._sites_of(e):
+                        if n > y.def_point or (n == y.def_point and not aligned):
+                            copies = 2
+            out.append(_Carry(v.index, y.index, y.node, y.def_point, end, aliased, copies))
+        return out
+
+    def _scale_carries(self) -> None:
+        """A carry that ping-pongs keeps two versions of its buffer."""
+        for c in self.carries.values():
+            if c.copies == 1:
+                continue
+            v = self.values[c.value]
+            reg = self.ctx.fig.register_home(v.scope)
+            reg_bytes = v.reg_bytes
+            if reg is not None:
+                reg_bytes = c.copies * align(version_bytes(v.bytes, 2), reg[0].alignment)
+            placements = tuple(dataclasses.replace(p, bytes=c.copies * align(version_bytes(
+                layout_bytes(v.shape, v.itemsize, p.layout), 2), self.ctx.target.resource(
+                p.resource).alignment)) for p in v.placements)
+            self.values[c.value] = dataclasses.replace(v, reg_bytes=reg_bytes,
+                                                       placements=placements)
+
+    def _in_place(self, e: Edge, site: int, aligned: bool) -> bool:
+        """A carry's read at the statement that writes its next value into its own buffer,
+        element for element: the old and the new value share the buffer."""
+        c = self.carries.get(e.value)
+        return (c is not None and c.aliased and c.copies == 1 and site == c.yield_def
+                and aligned)
+
+    # ------------------------------------------------------------------ intervals
+
+    def _held(self) -> None:
+        ctx = self.ctx
+        out = []
+        for e in self.edges:
+            v = self.values[e.value]
+            cn = ctx.node_by_name[e.consumer]
+            sites = self._sites_of(e) if not e.loop_carried else []
+            direct = next((s for s in sites if s[0] == e.consumer_point), None)
+            in_place = direct is not None and self._in_place(e, direct[0], direct[2])
+            held = span(ctx, v.node, cn, e.loop_carried, inclusive=True, in_place=in_place)
+            pipe = ctx.g.nodes[v.node].get("pipeline")
+            if v.max_versions > 1 and pipe in ctx.g.nodes[cn]["loops"]:
+                # a value kept in versions is one array, live over the whole pipeline loop
+                lo, hi = ctx.loop_span[pipe]
+                held = (min(held[0], lo), max(held[1], hi + 1))
+            remote = []
+            for n, gd, aligned in sites:
+                if n == e.consumer_point or gd is None:
+                    continue
+                _, end = span(ctx, v.node, self.point_node[n], False, inclusive=True,
+                              in_place=self._in_place(e, n, aligned))
+                if end > held[1]:
+                    remote.append((n, end, gd))
+            out.append(dataclasses.replace(e, held=held, remote=tuple(remote)))
+        self.edges = out
+
+    def _segments(self, v: Value) -> Value:
+        items: list[tuple[int, int, int, int | None]] = []  # start, end, edge, guard
+        for i in v.edges:
+            e = self.edges[i]
+            items.append((e.held[0], e.held[1], i, None))
+            for _, end, gd in e.remote:
+                items.append((e.held[1], end, i, gd))
+        c = self.carries.get(v.index)
+        if c is not None:  # one buffer serves every use: held wherever any use holds it
+            whole = not c.aliased or c.copies > 1
+            after = max([self.edges[i].held[1] for i in v.edges], default=c.loop_end)
+            for i in v.edges:
+                items.append((v.def_point, c.loop_end if whole else c.yield_def, i, None))
+                if not whole:
+                    items.append((c.yield_def, c.loop_end, i,
+                                  self.guard("split", v.index, c.yielded)))
+                if after > c.loop_end:  # the loop result, read after the loop
+                    items.append((c.loop_end, after, i, None))
+        cuts = sorted({x for a, b, _, _ in items for x in (a, b)})
+        # Sweep the cuts: an item covers [lo, hi) (consecutive cuts) iff a <= lo < b.
+        starts: dict[int, list[tuple[int, int | None]]] = {}
+        ends: dict[int, list[tuple[int, int | None]]] = {}
+        for a, b, i, gd in items:
+            if a < b:
+                starts.setdefault(a, []).append((i, gd))
+                ends.setdefault(b, []).append((i, gd))
+        segs: list[Segment] = []
+        active: dict[tuple[int, int | None], int] = {}  # item -> overlapping copies
+        covered: dict[int, int] = {}  # unguarded edge -> items
+        gsorted: list[tuple[int, int]] = []  # the active guarded items, sorted
+        gedges: dict[int, int] = {}  # edge -> active guarded items
+        for lo, hi in itertools.pairwise(cuts):
+            for key in ends.get(lo, ()):
+                n = active[key] - 1
+                if n:
+                    active[key] = n
+                    continue
+                del active[key]
+                i, gd = key
+                bag = covered if gd is None else gedges
+                if bag[i] == 1:
+                    del bag[i]
+                else:
+                    bag[i] -= 1
+                if gd is not None:
+                    del gsorted[bisect.bisect_left(gsorted, key)]  # type: ignore[arg-type]
+            for key in starts.get(lo, ()):
+                n = active.get(key, 0)
+                active[key] = n + 1
+                if n:
+                    continue
+                i, gd = key
+                bag = covered if gd is None else gedges
+                bag[i] = bag.get(i, 0) + 1
+                if gd is not None:
+                    bisect.insort(gsorted, key)  # type: ignore[arg-type]
+            if not active:
+                continue
+            cover = tuple(sorted(covered))
+            if any(i in gedges for i in cover):
+                guarded = tuple(k for k in gsorted if k[0] not in covered)
+            else:
+                guarded = tuple(gsorted)
+            segs.append(Segment(lo, hi, cover, guarded))
+        return dataclasses.replace(v, segments=tuple(segs))
+
+    # ------------------------------------------------------------------ temporaries
+
+    def _temp_resource(self, nbytes: int, static: bool, scope: str) -> Resource | None:
+        """Where the lowering puts a compiler temporary (the one rule of
+        :func:`planner.realize.temporaries.temporary_home`)."""
+        return temporary_home(self.ctx.target, scope, nbytes, static)
+
+    def _exchange_resource(self, scope: str) -> Resource | None:
+        """The shared resource through which threads of ``scope`` read each other's
+        registers, when registers are per thread below the owner."""
+        return exchange_home(self.ctx.target, scope)
+
+    def _owner(self, point: int) -> str:
+        return owner_of(self.ctx, self.ctx.g.nodes[self.point_node[point]]["region"])
+
+    def _row_major_memory(self, v: Value) -> bool:
+        op = self.ctx.g.nodes[v.node]["op"]
+        for alloc in self.ctx.g.graph["allocs"]:
+            a: core.AllocOp = alloc["op"]
+            if a.memory is op.memory:
+                lay = a.layout
+                return not lay.swizzles and (not lay.strides or eval_int(lay.strides[-1],
+                                                                         self.ctx.env) == 1)
+        return True
+
+    def temps(self) -> list[Temp]:
+        out: list[Temp] = []
+
+        def add(name: str, res: Resource, nbytes: int, point: int,
+                when: list[tuple[Lit, ...]]) -> None:
+            if when:
+                out.append(Temp(len(out), name, res.name, align(nbytes, res.alignment), point,
+                                self._owner(point), tuple(when)))
+
+        for e in self.edges:
+            if e.consumer_kind == "tile.mma" and e.operand in (0, 1):
+                self._staging(e, add)
+        for v in self.values:
+            self._exchanges(v, add)
+        return out
+
+    def _staging(self, e: Edge, add: object) -> None:
+        v = self.values[e.value]
+        nbytes = math.prod(v.shape) * 4  # staging is f32, dense
+        shape = self.ctx.g.nodes[v.node]["shape"]
+        scope = self.ctx.owner_scope[self._owner(e.consumer_point)]
+        res = self._temp_resource(nbytes, product(tuple(shape)).const_value() is not None,
+                                  scope)
+        if res is None:
+            self.ctx.static_infeasible.append(
+                f"staging of {v.name} for {e.consumer} ({nbytes:,} B, used by {scope}) has "
+                f"no home on {self.ctx.target.name}: no resource serving {scope} that it may "
+                "write and read has room for it")
+            return
+        view: list[tuple[Lit, ...]] = []  # a view window: read in place where it can be
+        nest: list[tuple[Lit, ...]] = []  # a copy statement before the mma
+        if e.legal(FUSED):
+            if v.kind == "tile.load":
+                view.append((("x", e.index, FUSED),))
+            elif v.kind == "memory.load" and not self._row_major_memory(v):
+                nest.append((("x", e.index, FUSED),))
+        if e.legal(RECOMPUTED):
+            (view if v.kind == "tile.load" else nest).append((("x", e.index, RECOMPUTED),))
+        if v.kind not in ("tile.mma", "loop.carry"):  # those buffers are kept row-major
+            for q, p in enumerate(v.placements):
+                if p.layout.kind == "swizzled":
+                    nest += [(("x", e.index, c), ("y", v.index, q))
+                             for c in (VIRTUAL, MATERIALIZED) if e.legal(c)]
+        where = f"{v.name} for {e.consumer}"
+        add(f"staging of {where}", res, nbytes, e.consumer_point, view + nest)  # type: ignore[operator]
+        xres = self._exchange_resource(scope)
+        if xres is not None and res.resource_class == "private":
+            add(f"exchange of the staging of {where}", xres, nbytes,  # type: ignore[operator]
+                e.consumer_point, nest)
+
+    def _exchanges(self, v: Value, add: object) -> None:
+        if v.register is None:
+            return
+        by_site: dict[int, list[tuple[Lit, ...]]] = {}
+        for i in v.edges:
+            e = self.edges[i]
+            if not e.legal(VIRTUAL) or e.loop_carried:
+                continue
+            for n, gd, aligned in self._sites_of(e):
+                if not aligned:
+                    by_site.setdefault(n, []).append(
+                        (("x", i, VIRTUAL),) + ((("g", gd, None),) if gd is not None else ()))
+        for n, when in sorted(by_site.items()):
+            res = self._exchange_resource(self.ctx.owner_scope[self._owner(n)])
+            if res is not None:
+                add(f"exchange of {v.name} for {self.ctx.node_name[self.point_node[n]]}",  # type: ignore[operator]
+                    res, v.bytes, n, when)

@@ -1,0 +1,97 @@
+"""Explicit Memory as fixed occupants of the problem.
+
+Each allocation with uses becomes a :class:`~planner.solve.problem.MemoryOccupant`: held
+wherever its owner runs, with the homes the planner may choose (legal for the execution
+binding and accessible to every scope that touches it, the default first), its bytes and
+the traffic of its loads and stores in each home, and the versions and stalls a pipeline
+wants of it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.catalog import Resource
+from planner.ir import core
+from planner.solve.context import Context, executions_of, latency_cycles, owner_of, tile_shape
+from planner.solve.layouts import align, version_bytes
+from planner.solve.problem import MemoryOccupant
+
+
+def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
+    out: list[MemoryOccupant] = []
+    for alloc in ctx.g.graph["allocs"]:
+        op: core.AllocOp = alloc["op"]
+        default = ctx.alloc_resource.get(id(op.memory))
+        if default is None:
+            continue
+        uses = [n for n, d in ctx.g.nodes(data=True)
+                if isinstance(d["op"], (core.MemLoadOp, core.MemStoreOp))
+                and d["op"].memory is op.memory]
+        if not uses:
+            continue
+        # allocated per instance of its owner: held wherever the owner runs (the
+        # lowering declares it for the whole instance, not around its uses)
+        owner = op.owner if op.owner in ctx.parallels else None
+        orders = [d["order"] for _, d in ctx.g.nodes(data=True)
+                  if owner is None or owner in d["region"]]
+        orders = orders or [ctx.g.nodes[n]["order"] for n in uses]
+        lo, hi = min(orders), max(orders) + 1
+        maxv, stall = _memory_versions(ctx, uses)
+        homes = _memory_homes(ctx, op, default)
+        storage = version_bytes(op.layout.storage_elements(ctx.env) * op.dtype.itemsize, maxv)
+        traffic = [_memory_traffic_ns(ctx, uses, r) for r in homes]
+        out.append(MemoryOccupant(len(out), "%" + ctx.names.get(op.memory, "memory"),
+                                  tuple(r.name for r in homes),
+                                  tuple(align(storage, r.alignment) for r in homes),
+                                  (lo, hi), op.owner if op.owner in ctx.parallels else "kernel",
+                                  maxv, stall, tuple(round(t - traffic[0]) for t in traffic)))
+    return out
+
+
+def _memory_homes(ctx: Context, op: core.AllocOp, default: Resource) -> list[Resource]:
+    """The homes the planner may choose: legal and accessible to every scope that
+    touches the Memory with the operations it applies; the default home first."""
+    mb = ctx.binding.memory(op)
+    homes = [r for r in mb.homes
+             if all(ctx.target.can_access(a.scope, r.name, a.operation) for a in mb.accesses)]
+    return [default, *(r for r in homes if r.name != default.name)]
+
+
+def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:
+    """Time of the Memory's loads and stores if it lived in ``res``."""
+    total = 0.0
+    for n in uses:
+        d = ctx.g.nodes[n]
+        op = d["op"]
+        tile = op.result if isinstance(op, core.MemLoadOp) else op.tile
+        nbytes = math.prod(tile_shape(ctx, tile)) * tile.type.dtype.itemsize
+        scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+        total += ctx.fig.ns(ctx.fig.traffic_cycles(nbytes, res, scope), executions_of(ctx, d))
+    return total
+
+
+def _memory_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...]]:
+    """Versions an explicit Memory wants (stores and loads in different stages)."""
+    nodes = ctx.g.nodes
+    stores = [n for n in uses if isinstance(nodes[n]["op"], core.MemStoreOp)]
+    loads = [n for n in uses if isinstance(nodes[n]["op"], core.MemLoadOp)]
+    dist, window = 0, 1
+    for s in stores:
+        for ld in loads:
+            sd, dd = nodes[s], nodes[ld]
+            if (sd.get("pipeline") is not None and sd.get("pipeline") == dd.get("pipeline")
+                    and sd.get("stage_index") is not None
+                    and dd.get("stage_index") is not None):
+                dist = max(dist, dd["stage_index"] - sd["stage_index"])
+                window = max(window, int(dd.get("window") or 1))
+    if dist <= 0 or window <= 1:
+        return 1, (0,)
+    maxv = min(dist, window - 1) + 1
+    latency = 0.0
+    for s in stores:  # the store and the producer of what it stores are no longer hidden
+        for n in [s, *(u for u, _ in ctx.g.in_edges(s))]:
+            d = nodes[n]
+            scope = ctx.owner_scope[owner_of(ctx, d["region"])]
+            latency += ctx.fig.ns(latency_cycles(ctx, d, scope), executions_of(ctx, d))
+    return maxv, tuple(round(latency * (maxv - k) / (maxv - 1)) for k in range(1, maxv + 1))
