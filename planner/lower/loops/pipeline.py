@@ -1,0 +1,249 @@
+"""Software-pipeline schedule analysis (S18).
+
+Whether a pipeline loop's stage cut is safe (else why it stays ordered), each stage's lag
+(``min(s, window - 1)``, lowered until the versions the plan keeps suffice), and the
+stages in which a value's buffer is read or its expression evaluated, from which the
+builder gives buffers their iteration-local versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.ir import core
+from planner.ir.core import LoopKind, LoopOp, Op, Value
+from planner.ir.types import StateType, TileType
+from planner.lower.loops.uses import INLINABLE, STORING, PlannedUses
+
+__all__ = ["PipeInfo", "PipelineAnalysis"]
+
+
+@dataclass
+class PipeInfo:
+    """A legal software-pipeline schedule: each body op's stage and each stage's lag."""
+
+    stage_of: dict[Op, int]
+    lags: tuple[int, ...]
+
+
+class PipelineAnalysis:
+    """The schedule questions about the pipeline loops of one kernel under its plan."""
+
+    def __init__(self, planned: PlannedUses) -> None:
+        self.planned = planned
+        self._stages: dict[tuple[str, LoopOp, Value], set[int]] = {}
+
+    def analyze(self, op: LoopOp) -> PipeInfo | str:
+        """The schedule of ``op`` when its stage cut is safe, else why it runs in order
+        (empty for a loop that is no pipeline)."""
+        if op.kind is not LoopKind.PIPELINE:
+            return ""
+        if len(op.stages) < 2:
+            return "no stages to overlap"
+        if op.window < 2:
+            return "window 1"
+        body = [o for o in op.body.ops if not isinstance(o, core.YieldOp)]
+        stage_of: dict[Op, int] = {}
+        cur = 0
+        for o in body:
+            if o.stage in op.stages:
+                cur = op.stages.index(o.stage)
+            stage_of[o] = cur
+            for inner in (x for b in o.region_blocks() for x in b.walk()):
+                stage_of[inner] = cur
+        defined = {r: o for o in body for r in o.results}
+        for o in body:
+            for used in self._used_values(o):
+                d = defined.get(used)
+                if d is not None and stage_of[d] > stage_of[o]:
+                    return (f"{o.SPEC.name} in stage {op.stages[stage_of[o]]} uses a value "
+                            f"of the later stage {op.stages[stage_of[d]]}")
+        last = len(op.stages) - 1
+        for o in body:
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if isinstance(x, core.StoreOp) and stage_of[o] != last:
+                    return f"a view is stored in stage {op.stages[stage_of[o]]} (not the last)"
+        term = op.body.ops[-1] if op.body.ops else None
+        yields = term.values if isinstance(term, core.YieldOp) else ()
+        for i, arg in enumerate(op.body.args):
+            users = {stage_of[self._top(u, op)] for u, _ in self.planned.uses.get(arg, [])
+                     if not isinstance(u, core.YieldOp)}
+            if isinstance(arg.type, StateType):
+                reason = self._state_carry_problem(op, i, arg, stage_of)
+                if reason:
+                    return reason
+                continue
+            y = yields[i] if i < len(yields) else None
+            p = defined.get(y) if y is not None else None
+            if p is not None:
+                users.add(stage_of[p])
+            if len(users) > 1:
+                return (f"carried value {self.planned.name(arg)} is used in stages "
+                        f"{', '.join(op.stages[s] for s in sorted(users))} (a recurrence "
+                        "across the cut)")
+        for o in body:
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if isinstance(x, core.MemLoadOp):
+                    src = self.planned.producer(x.state)
+                    if src is None or not isinstance(src, core.MemStoreOp) \
+                            or self._top_or_none(src, op) is None:
+                        return (f"Memory {self.planned.name(x.memory)} is read in a state from an "
+                                "earlier iteration or from outside the loop (a recurrence "
+                                "through outer Memory)")
+        stores: dict[Value, set[int]] = {}
+        for o in body:
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if isinstance(x, core.MemStoreOp):
+                    stores.setdefault(x.memory, set()).add(stage_of[o])
+        for memv, st in stores.items():
+            if len(st) > 1:
+                return f"Memory {self.planned.name(memv)} is stored in several stages"
+        lags = tuple(min(s, op.window - 1) for s in range(len(op.stages)))
+        return PipeInfo(stage_of, lags)
+
+    def fit_to_plan(self, op: LoopOp, info: PipeInfo) -> PipeInfo | str:
+        """Lower stage lags until the versions the plan keeps of every buffer suffice.
+
+        The plan may keep fewer versions than the full overlap wants (it prices the
+        exposed latency as stalls and counts only those versions against capacity); the
+        stages then overlap less, and not at all when every lag drops to zero (the loop
+        runs in order)."""
+        if self.planned.plan is None:
+            return info
+        needs: list[tuple[int, set[int], int, str]] = []  # writer, readers, versions, what
+        for o in (o for o in op.body.ops if not isinstance(o, core.YieldOp)):
+            w = info.stage_of[o]
+            for v in o.results:
+                if not isinstance(v.type, TileType) or not self.planned.buffered(v):
+                    continue
+                planned = [e.versions for c, i in self.planned.uses.get(v, [])
+                           if (e := self.planned.edge(v, c, i)) is not None
+                           and e.decision in STORING]
+                if planned:
+                    needs.append((w, self.buffer_read_stages(v, op, info), max(planned),
+                                  "%" + self.planned.name(v)))
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if not isinstance(x, core.MemStoreOp):
+                    continue
+                alloc = self.planned.producer(x.memory)
+                mp = self.planned.memory_plan(alloc) if isinstance(alloc, core.AllocOp) else None
+                if mp is None:
+                    continue
+                reads: set[int] = set()
+                for r, _ in self.planned.uses.get(x.result, []):
+                    if isinstance(r, core.MemLoadOp):
+                        reads |= self.eval_stages(r.result, op, info)
+                needs.append((w, reads, mp.versions, mp.name))
+        lags = list(info.lags)
+        short: list[str] = []
+        changed = True
+        while changed:
+            changed = False
+            for w, reads, k, what in needs:
+                for r in sorted(reads):
+                    if lags[r] - lags[w] > k - 1:
+                        lags[r] = lags[w] + k - 1
+                        for earlier in range(r):  # lags never decrease along the stages
+                            lags[earlier] = min(lags[earlier], lags[r])
+                        short.append(what)
+                        changed = True
+        if tuple(lags) == info.lags:
+            return info
+        if not any(lags):
+            return (f"the plan keeps fewer versions of {', '.join(dict.fromkeys(short))} "
+                    "than overlapping its stages needs")
+        return PipeInfo(info.stage_of, tuple(lags))
+
+    def _state_carry_problem(self, op: LoopOp, i: int, arg: Value,
+                             stage_of: dict[Op, int]) -> str:
+        for u, _ in self.planned.uses.get(arg, []):
+            if isinstance(u, core.MemLoadOp):
+                return (f"Memory {self.planned.name(u.memory)} is read in the state carried "
+                        "from the previous iteration (a recurrence through outer Memory)")
+        if self.planned.uses.get(op.results[i]):
+            return (f"the final state of Memory carried as {self.planned.name(arg)} is used "
+                    "after the loop")
+        return ""
+
+    def _top(self, op: Op, loop: LoopOp) -> Op:
+        top = self._top_or_none(op, loop)
+        assert top is not None
+        return top
+
+    def _top_or_none(self, op: Op, loop: LoopOp) -> Op | None:
+        """The op of ``loop``'s body that is or contains ``op``."""
+        cur: Op | None = op
+        while cur is not None and self.planned.parent_op.get(cur) is not loop:
+            cur = self.planned.parent_op.get(cur)
+        return cur
+
+    def _used_values(self, op: Op) -> list[Value]:
+        vals = list(op.operands())
+        for b in op.region_blocks():
+            for x in b.walk():
+                vals.extend(x.operands())
+        return vals
+
+    def _stage_of_use(self, v: Value, c: Op, loop: LoopOp, info: PipeInfo) -> int | None:
+        """The stage evaluating consumer ``c`` of ``v`` (None outside the loop)."""
+        top = self._top_or_none(c, loop)
+        if top is None:
+            return None
+        if isinstance(c, core.YieldOp):  # the carry copy runs in its producer's stage
+            p = self.planned.producer(v)
+            return info.stage_of.get(p, len(info.lags) - 1) if p is not None \
+                else len(info.lags) - 1
+        return info.stage_of[top]
+
+    # Where expressions are evaluated, per stage.  Each use of ``w`` by consumer ``c``
+    # runs where ``c``'s statements run, in ``c``'s mode: *decided* (``c`` computed at home
+    # or inlined into a fused consumer) or *re-derived* (``c`` is in a recomputed chain).
+    # A decided ``c`` reads ``w``'s buffer, inlines it (fused) or re-derives it (a
+    # recomputed edge); a re-derived ``c`` re-derives ``w`` too when ``w`` is rederivable,
+    # else reads it as its edge decided.
+
+    def buffer_read_stages(self, v: Value, loop: LoopOp, info: PipeInfo) -> set[int]:
+        """Stages in which ``v``'s buffer is read (through inlined consumers)."""
+        return self._stages_of("buffer", v, loop, info)
+
+    def eval_stages(self, w: Value, loop: LoopOp, info: PipeInfo) -> set[int]:
+        """Stages where ``w``'s defining expression is evaluated (decided or re-derived)."""
+        return (self._stages_of("decided", w, loop, info)
+                | self._stages_of("rederived", w, loop, info))
+
+    def _stages_of(self, what: str, w: Value, loop: LoopOp, info: PipeInfo) -> set[int]:
+        key = (what, loop, w)
+        if key not in self._stages:
+            self._stages[key] = set()  # (the dataflow is acyclic within an iteration)
+            self._stages[key] = self._compute_stages(what, w, loop, info)
+        return self._stages[key]
+
+    def _compute_stages(self, what: str, w: Value, loop: LoopOp, info: PipeInfo
+                        ) -> set[int]:
+        out: set[int] = set()
+        p = self.planned.producer(w)
+        if what == "decided" and p is not None and self.planned.buffered(w):
+            top = self._top_or_none(p, loop)
+            if top is not None:
+                out.add(info.stage_of[top])
+        for c, i in self.planned.uses.get(w, []):
+            buffer = self.planned.reads_buffer(w, c, i)
+            recomputed = self.planned.recomputes(w, c, i)
+            inline = not buffer and not recomputed
+            if {"buffer": buffer, "decided": inline, "rederived": recomputed}[what]:
+                out |= self._consumer_stages("decided", w, c, loop, info)
+            follows = self.planned.rederivable(w, self.planned.owner(c))  # re-derived with c
+            if {"buffer": buffer and not follows, "decided": not buffer and not follows,
+                    "rederived": follows}[what]:
+                out |= self._consumer_stages("rederived", w, c, loop, info)
+        return out
+
+    def _consumer_stages(self, mode: str, w: Value, c: Op, loop: LoopOp, info: PipeInfo
+                         ) -> set[int]:
+        """Stages of the statements evaluating ``c`` in ``mode`` (decided, rederived)."""
+        if isinstance(c, INLINABLE):
+            return self._stages_of(mode, c.result, loop, info)
+        if mode == "rederived":
+            return set()
+        s = self._stage_of_use(w, c, loop, info)
+        return set() if s is None else {s}
