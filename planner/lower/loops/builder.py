@@ -598,6 +598,15 @@ class _Builder(PlannedUses):
     def _emit_alloc(self, op: core.AllocOp, ctx: _Ctx) -> None:
         if op.memory in self.mem_buf:
             return  # hoisted out of the temporal region that declares it
+        if not any(isinstance(u, (core.MemStoreOp, core.MemLoadOp))
+                   for u, _ in self.uses.get(op.memory, ())):
+            self._memory_resource(op)  # S14: never bypasses its resource constraint
+            # S14: an unused allocation (zero-sized or not) has no address events; the
+            # binding and the proofs still checked its resource constraint, and the
+            # planner holds no bytes for it, so neither does the program
+            self.notes.append(f"Memory {self.name(op.memory)} has no loads or stores: not "
+                              "allocated")
+            return
         planned = self.memory_plan(op)
         if planned is not None and planned.resource:
             resource = (planned.resource, self.resource_class(planned.resource))
