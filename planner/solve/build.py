@@ -17,13 +17,14 @@ import networkx as nx
 from planner.catalog import Target
 from planner.errors import Diagnostic, PlannerError
 from planner.ir import core
-from planner.ir.core import Kernel, LoopOp, ParallelOp
+from planner.ir.core import Kernel, LoopKind, LoopOp, ParallelOp
 from planner.ir.expr import Expr
 from planner.ir.graph import dataflow_graph, live_edges, node_names
 from planner.ir.printer import Printer, PrintOptions
 from planner.ir.types import TileType
 from planner.plan.decisions import Policy
 from planner.realize.binding import ROOT_OWNER, bind_execution
+from planner.realize.pipeline import KernelIndex, pipeline_schedule
 from planner.solve.context import Context, executions_of, node_terms, owner_of
 from planner.solve.figures import Figures
 from planner.solve.holding import Holding
@@ -134,6 +135,12 @@ def _index_regions(ctx: Context) -> None:
             ctx.parallels[op.label] = op
         elif isinstance(op, LoopOp):
             ctx.loops[op.label] = op
+    index = KernelIndex(ctx.kernel, lambda v: ctx.names.get(v, "?"))
+    for label, loop in ctx.loops.items():
+        if loop.kind is LoopKind.PIPELINE:
+            schedule = pipeline_schedule(loop, index)
+            if isinstance(schedule, str):  # runs in order: one version of everything
+                ctx.ordered[label] = schedule
     ctx.owner_scope[ROOT_OWNER] = ctx.binding.root
     ctx.owner_scope.update(ctx.binding.parallel_scope)
     for _, d in ctx.g.nodes(data=True):

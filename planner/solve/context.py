@@ -39,6 +39,7 @@ class Context:
     binding: ExecutionBinding
     parallels: dict[str, ParallelOp] = field(default_factory=dict)
     loops: dict[str, LoopOp] = field(default_factory=dict)
+    ordered: dict[str, str] = field(default_factory=dict)  # pipeline label -> why in order
     owner_scope: dict[str, str] = field(default_factory=dict)
     loop_span: dict[str, tuple[int, int]] = field(default_factory=dict)
     alloc_resource: dict[int, Resource | None] = field(default_factory=dict)

@@ -80,7 +80,8 @@ def _memory_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...
     for s in stores:
         for ld in loads:
             sd, dd = nodes[s], nodes[ld]
-            if (sd.get("pipeline") is not None and sd.get("pipeline") == dd.get("pipeline")
+            if (sd.get("pipeline") not in (None, *ctx.ordered)
+                    and sd.get("pipeline") == dd.get("pipeline")
                     and sd.get("stage_index") is not None
                     and dd.get("stage_index") is not None):
                 dist = max(dist, dd["stage_index"] - sd["stage_index"])

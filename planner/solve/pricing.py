@@ -134,7 +134,7 @@ def price_value(ctx: Context, index: int, node: str, edges: list[Edge], policy: 
     home = node_terms(ctx, node, pexec)
     maxv = 1
     cross = [e.stage_distance for e in edges if not e.loop_carried]
-    if d.get("pipeline") is not None and cross and max(cross) > 0:
+    if d.get("pipeline") not in (None, *ctx.ordered) and cross and max(cross) > 0:
         maxv = min(max(cross), max(1, int(d.get("window") or 1)) - 1) + 1
     reg = ctx.fig.register_home(scope)
     register, reg_bytes = (None, 0) if reg is None else (

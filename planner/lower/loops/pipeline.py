@@ -8,22 +8,13 @@ builder gives buffers their iteration-local versions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planner.ir import core
-from planner.ir.core import LoopKind, LoopOp, Op, Value
-from planner.ir.types import StateType, TileType
+from planner.ir.core import LoopOp, Op, Value
+from planner.ir.types import TileType
 from planner.lower.loops.uses import INLINABLE, STORING, PlannedUses
+from planner.realize.pipeline import PipeInfo, pipeline_schedule
 
 __all__ = ["PipeInfo", "PipelineAnalysis"]
-
-
-@dataclass
-class PipeInfo:
-    """A legal software-pipeline schedule: each body op's stage and each stage's lag."""
-
-    stage_of: dict[Op, int]
-    lags: tuple[int, ...]
 
 
 class PipelineAnalysis:
@@ -35,71 +26,8 @@ class PipelineAnalysis:
 
     def analyze(self, op: LoopOp) -> PipeInfo | str:
         """The schedule of ``op`` when its stage cut is safe, else why it runs in order
-        (empty for a loop that is no pipeline)."""
-        if op.kind is not LoopKind.PIPELINE:
-            return ""
-        if len(op.stages) < 2:
-            return "no stages to overlap"
-        if op.window < 2:
-            return "window 1"
-        body = [o for o in op.body.ops if not isinstance(o, core.YieldOp)]
-        stage_of: dict[Op, int] = {}
-        cur = 0
-        for o in body:
-            if o.stage in op.stages:
-                cur = op.stages.index(o.stage)
-            stage_of[o] = cur
-            for inner in (x for b in o.region_blocks() for x in b.walk()):
-                stage_of[inner] = cur
-        defined = {r: o for o in body for r in o.results}
-        for o in body:
-            for used in self._used_values(o):
-                d = defined.get(used)
-                if d is not None and stage_of[d] > stage_of[o]:
-                    return (f"{o.SPEC.name} in stage {op.stages[stage_of[o]]} uses a value "
-                            f"of the later stage {op.stages[stage_of[d]]}")
-        last = len(op.stages) - 1
-        for o in body:
-            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if isinstance(x, core.StoreOp) and stage_of[o] != last:
-                    return f"a view is stored in stage {op.stages[stage_of[o]]} (not the last)"
-        term = op.body.ops[-1] if op.body.ops else None
-        yields = term.values if isinstance(term, core.YieldOp) else ()
-        for i, arg in enumerate(op.body.args):
-            users = {stage_of[self._top(u, op)] for u, _ in self.planned.uses.get(arg, [])
-                     if not isinstance(u, core.YieldOp)}
-            if isinstance(arg.type, StateType):
-                reason = self._state_carry_problem(op, i, arg, stage_of)
-                if reason:
-                    return reason
-                continue
-            y = yields[i] if i < len(yields) else None
-            p = defined.get(y) if y is not None else None
-            if p is not None:
-                users.add(stage_of[p])
-            if len(users) > 1:
-                return (f"carried value {self.planned.name(arg)} is used in stages "
-                        f"{', '.join(op.stages[s] for s in sorted(users))} (a recurrence "
-                        "across the cut)")
-        for o in body:
-            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if isinstance(x, core.MemLoadOp):
-                    src = self.planned.producer(x.state)
-                    if src is None or not isinstance(src, core.MemStoreOp) \
-                            or self._top_or_none(src, op) is None:
-                        return (f"Memory {self.planned.name(x.memory)} is read in a state from an "
-                                "earlier iteration or from outside the loop (a recurrence "
-                                "through outer Memory)")
-        stores: dict[Value, set[int]] = {}
-        for o in body:
-            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if isinstance(x, core.MemStoreOp):
-                    stores.setdefault(x.memory, set()).add(stage_of[o])
-        for memv, st in stores.items():
-            if len(st) > 1:
-                return f"Memory {self.planned.name(memv)} is stored in several stages"
-        lags = tuple(min(s, op.window - 1) for s in range(len(op.stages)))
-        return PipeInfo(stage_of, lags)
+        (the kernel-level rule of :func:`planner.realize.pipeline.pipeline_schedule`)."""
+        return pipeline_schedule(op, self.planned)
 
     def fit_to_plan(self, op: LoopOp, info: PipeInfo) -> PipeInfo | str:
         """Lower stage lags until the versions the plan keeps of every buffer suffice.
@@ -154,35 +82,12 @@ class PipelineAnalysis:
                     "than overlapping its stages needs")
         return PipeInfo(info.stage_of, tuple(lags))
 
-    def _state_carry_problem(self, op: LoopOp, i: int, arg: Value,
-                             stage_of: dict[Op, int]) -> str:
-        for u, _ in self.planned.uses.get(arg, []):
-            if isinstance(u, core.MemLoadOp):
-                return (f"Memory {self.planned.name(u.memory)} is read in the state carried "
-                        "from the previous iteration (a recurrence through outer Memory)")
-        if self.planned.uses.get(op.results[i]):
-            return (f"the final state of Memory carried as {self.planned.name(arg)} is used "
-                    "after the loop")
-        return ""
-
-    def _top(self, op: Op, loop: LoopOp) -> Op:
-        top = self._top_or_none(op, loop)
-        assert top is not None
-        return top
-
     def _top_or_none(self, op: Op, loop: LoopOp) -> Op | None:
         """The op of ``loop``'s body that is or contains ``op``."""
         cur: Op | None = op
         while cur is not None and self.planned.parent_op.get(cur) is not loop:
             cur = self.planned.parent_op.get(cur)
         return cur
-
-    def _used_values(self, op: Op) -> list[Value]:
-        vals = list(op.operands())
-        for b in op.region_blocks():
-            for x in b.walk():
-                vals.extend(x.operands())
-        return vals
 
     def _stage_of_use(self, v: Value, c: Op, loop: LoopOp, info: PipeInfo) -> int | None:
         """The stage evaluating consumer ``c`` of ``v`` (None outside the loop)."""
