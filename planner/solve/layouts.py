@@ -2,7 +2,8 @@
 
 The layouts a buffer may take (dense, padded rows, an XOR swizzle where banks and column
 reads meet), the bytes of each, the worst bank conflict of reading one column in each, and
-the alignment and version stride the lowering allocates buffers with.
+the alignment and version stride the lowering allocates buffers with (re-exported from
+:mod:`planner.realize.storage`, the one place that rule lives).
 """
 
 from __future__ import annotations
@@ -10,19 +11,10 @@ from __future__ import annotations
 import math
 
 from planner.plan.decisions import LayoutChoice
+from planner.realize.storage import VERSION_ALIGN, align, version_bytes
 
-
-def align(nbytes: int, alignment: int) -> int:
-    a = max(1, alignment)
-    return -(-nbytes // a) * a
-
-
-VERSION_ALIGN = 64  # the lowering keeps buffer versions this many bytes apart
-
-
-def version_bytes(nbytes: int, max_versions: int) -> int:
-    """Bytes of one version of a buffer that may keep several (the lowering's stride)."""
-    return align(nbytes, VERSION_ALIGN) if max_versions > 1 else nbytes
+__all__ = ["VERSION_ALIGN", "align", "conflict_degree", "layout_bytes", "layout_candidates",
+           "version_bytes"]
 
 
 def conflict_degree(shape: tuple[int, ...], itemsize: int, layout: LayoutChoice,

@@ -18,6 +18,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, ceil_div, mul, product
 from planner.ir.layout import Layout
 from planner.ir.printer import format_float
+from planner.realize.storage import version_stride_elements
 
 __all__ = [
     "Barrier",
@@ -242,8 +243,8 @@ class Buffer:
         return span
 
     def version_stride(self) -> Expr:
-        """Elements between versions: the storage rounded up to 64 bytes."""
-        per = max(1, 64 // self.dtype.itemsize)
+        """Elements between versions: the storage rounded up to the version alignment."""
+        per = version_stride_elements(self.dtype.itemsize)
         return mul(ceil_div(self.storage_elements(), per), per)
 
     def total_elements(self) -> Expr:

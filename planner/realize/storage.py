@@ -1,0 +1,30 @@
+"""How a buffer's bytes are laid out physically: alignment and the stride between versions.
+
+A buffer that keeps several iteration-local versions (S18) stores them
+:data:`VERSION_ALIGN` bytes apart, so each version starts on a cache line (CPU) or a
+16-byte threadgroup boundary (Metal) whatever the element type; a buffer's footprint in a
+resource is then rounded up to that resource's alignment.  The cost model counts these
+bytes and the loop program allocates them, both through this module.
+"""
+
+from __future__ import annotations
+
+__all__ = ["VERSION_ALIGN", "align", "version_bytes", "version_stride_elements"]
+
+VERSION_ALIGN = 64
+
+
+def align(nbytes: int, alignment: int) -> int:
+    """``nbytes`` rounded up to a multiple of ``alignment`` (at least 1)."""
+    a = max(1, alignment)
+    return -(-nbytes // a) * a
+
+
+def version_bytes(nbytes: int, max_versions: int) -> int:
+    """Bytes of one version of a buffer that may keep ``max_versions`` versions."""
+    return align(nbytes, VERSION_ALIGN) if max_versions > 1 else nbytes
+
+
+def version_stride_elements(itemsize: int) -> int:
+    """The version stride's granule in elements of ``itemsize`` bytes."""
+    return max(1, VERSION_ALIGN // itemsize)
