@@ -60,6 +60,7 @@ from planner.lower.cpu.jit import (
 )
 from planner.lower.loops.program import LoopProgram, build_loop_program
 from planner.plan.decisions import MaterializationPlan
+from planner.realize.storage import align
 
 __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache",
            "host_refusal"]
@@ -246,8 +247,7 @@ class CompiledKernel:
         prog = code.program
         owner = {name: seg for seg in prog.segments for name in seg.buffers}
         # Per buffer: placement, byte size and (for per-instance copies) instance count.
-        self._sizes = [(where, buf.total_elements(), 1 if buf.dtype is DType.BOOL
-                        else buf.dtype.itemsize,
+        self._sizes = [(where, buf, 1 if buf.dtype is DType.BOOL else buf.dtype.itemsize,
                         owner[buf.name].instances() if buf.name in owner else Const(1))
                        for buf, where in zip(prog.buffers, code.info.placement, strict=True)]
         self._layouts: dict[tuple[int, ...], tuple[int, int, np.ndarray]] = {}
@@ -395,8 +395,9 @@ class CompiledKernel:
             return got
         table = np.zeros(2 * max(1, len(self._sizes)), dtype=np.int64)
         worker = glob = 0
-        for i, (where, elems, item, instances) in enumerate(self._sizes):
-            size = -(-max(elems.evaluate(env) * item, 0) // 64) * 64
+        for i, (where, buf, item, instances) in enumerate(self._sizes):
+            # the bytes the plan holds for the buffer, on a vector-aligned boundary
+            size = align(buf.footprint_bytes(env, item), _ARENA_ALIGN)
             if where == "worker":
                 table[2 * i] = worker
                 worker += size
@@ -460,6 +461,9 @@ def _run_segment(fn: Any, n: int, chunks: int, base: tuple[int, ...],
 
 def _addr(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
+
+
+_ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no more)
 
 
 def _aligned(nbytes: int) -> np.ndarray:

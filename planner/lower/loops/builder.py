@@ -212,9 +212,17 @@ class _Builder(PlannedUses):
         while name in self.buffers:
             name, i = f"{base}.{i}", i + 1
         self.buffers[name] = Buffer(name, dtype, layout, resource[0], resource[1], versions,
-                                    role, edges, note)
+                                    role, edges, note, self._alignment(resource[0]))
         self.segment_buffers.append(name)
         return name
+
+    def _alignment(self, resource: str) -> int:
+        if self.target is None:
+            return 1
+        try:
+            return self.target.resource(resource).alignment
+        except PlannerError:
+            return 1
 
     def temp_name(self, base: str) -> str:
         self._temp += 1

@@ -10,7 +10,7 @@ told in :mod:`planner.lower.loops.program`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from planner.ir.core import BinaryFn, ReduceFn, UnaryFn
@@ -18,7 +18,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, ceil_div, mul, product
 from planner.ir.layout import Layout
 from planner.ir.printer import format_float
-from planner.realize.storage import version_stride_elements
+from planner.realize.storage import align, version_stride_elements
 
 __all__ = [
     "Barrier",
@@ -230,6 +230,7 @@ class Buffer:
     role: str = "materialized"
     edges: tuple[str, ...] = ()  # plan edge ids this buffer realizes
     note: str = ""
+    alignment: int = 1  # the resource's allocation granule (catalog ``alignment``)
 
     @property
     def shape(self) -> tuple[Expr, ...]:
@@ -250,6 +251,12 @@ class Buffer:
     def total_elements(self) -> Expr:
         return mul(self.version_stride(), self.versions) if self.versions > 1 \
             else self.storage_elements()
+
+    def footprint_bytes(self, env: Mapping[str, int], itemsize: int | None = None) -> int:
+        """Bytes the buffer occupies in its resource at ``env``: every version, rounded up
+        to the resource's alignment (the bytes the planner holds for it)."""
+        item = self.dtype.itemsize if itemsize is None else itemsize
+        return align(max(self.total_elements().evaluate(env), 0) * item, self.alignment)
 
     def static_elements(self) -> int | None:
         """Total elements when the size is a constant, else None."""
