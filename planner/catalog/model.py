@@ -70,7 +70,6 @@ class Backend(StrEnum):
 BUILTIN_CLASSES: tuple[str, ...] = ("private", "shared", "cluster", "global", "tensor")
 #: The resource constraint that leaves the class open (``mem::auto_``).
 AUTO = "auto_"
-_AUTO_RANK = {"shared": 0, "private": 1, "cluster": 2, "global": 4}  # custom classes: 3
 
 
 def normalize_class(name: str | Enum | object) -> str:
@@ -277,29 +276,39 @@ class Target:
     def root_scope(self) -> Scope:
         return self.children(None)[0]
 
-    def resolve(self, cls: str | Enum, owner_scope: str) -> Resource | None:
-        """The resource a Memory owned at ``owner_scope`` with constraint ``cls`` lives in.
-
-        None when the target has no legal home for it (e.g. Metal group-owned private).
-        """
+    def homes(self, cls: str | Enum, owner_scope: str) -> tuple[Resource, ...]:
+        """Resources an instance owned at ``owner_scope`` with constraint ``cls`` may live
+        in (S17, S20): of that class (any read/write resource for ``auto_``), with an
+        instance per owner instance or above it (above only with ``slicing``), nearest
+        first, then in file order.  Choosing among an ``auto_`` Memory's homes is the
+        planner's decision (``planner.realize`` adds the access relation); nothing here
+        ranks classes."""
         cls = normalize_class(cls)
         self.scope(owner_scope)
-        best: tuple[tuple[int, int], Resource] | None = None
-        for res in self.resources:
+        ranked: list[tuple[int, int, Resource]] = []
+        for index, res in enumerate(self.resources):
             if cls == AUTO:
                 if not {Operation.READ, Operation.WRITE} <= res.operations:
                     continue
-                rank = _AUTO_RANK.get(res.resource_class, 3)
-            elif res.resource_class == cls:
-                rank = 0
-            else:
+            elif res.resource_class != cls:
                 continue
             distance = self._distance(res.instance_scope, owner_scope)
             if distance is None or (distance > 0 and not res.slicing):
                 continue
-            if best is None or (distance, rank) < best[0]:
-                best = ((distance, rank), res)
-        return None if best is None else best[1]
+            ranked.append((distance, index, res))
+        return tuple(r for _, _, r in sorted(ranked, key=lambda t: t[:2]))
+
+    def resolve(self, cls: str | Enum, owner_scope: str) -> Resource | None:
+        """The nearest home of an explicit class ``cls`` at ``owner_scope`` (see
+        :meth:`homes`); None when the target has none (e.g. Metal group-owned private).
+        ``auto_`` has no single answer here: the planner chooses among its homes."""
+        if normalize_class(cls) == AUTO:
+            raise PlannerError(Diagnostic(
+                f"target {self.name}: an auto_ placement is chosen by the planner among "
+                "Target.homes(auto_, scope), not resolved by the catalog", self.loc),
+                kind="usage")
+        found = self.homes(cls, owner_scope)
+        return found[0] if found else None
 
     def _distance(self, ancestor: str, scope: str) -> int | None:
         """Levels from ``scope`` up to ``ancestor``; None when it is not an ancestor."""

@@ -226,21 +226,14 @@ def _bind_memories(kernel: Kernel, target: Target, binding: ExecutionBinding,
 
 def memory_homes(target: Target, cls: str, owner_scope: str,
                  accesses: tuple[MemoryAccess, ...] = ()) -> tuple[Resource, ...]:
-    """Resources that may hold an instance owned at ``owner_scope`` (see the module doc)."""
-    ranked: list[tuple[int, int, Resource]] = []
-    for index, res in enumerate(target.resources):
-        if cls == AUTO:
-            if not {Operation.READ, Operation.WRITE} <= res.operations:
-                continue
-            if not all(target.can_access(a.scope, res.name, a.operation) for a in accesses):
-                continue
-        elif res.resource_class != cls:
-            continue
-        distance = _levels_up(target, res.instance_scope, owner_scope)
-        if distance is None or (distance > 0 and not res.slicing):
-            continue
-        ranked.append((distance, index, res))
-    return tuple(r for _, _, r in sorted(ranked, key=lambda t: t[:2]))
+    """Resources that may hold an instance owned at ``owner_scope`` (see the module doc):
+    the catalog's homes (:meth:`~planner.catalog.Target.homes`), for ``auto_`` only those
+    every access may reach."""
+    homes = target.homes(cls, owner_scope)
+    if cls != AUTO:
+        return homes
+    return tuple(r for r in homes
+                 if all(target.can_access(a.scope, r.name, a.operation) for a in accesses))
 
 
 def _storage_bytes(alloc: AllocOp, env: Mapping[str, int]) -> int | None:
@@ -248,8 +241,3 @@ def _storage_bytes(alloc: AllocOp, env: Mapping[str, int]) -> int | None:
         return alloc.layout.storage_elements(env) * alloc.dtype.itemsize
     except (KeyError, ValueError, ZeroDivisionError):
         return None
-
-
-def _levels_up(target: Target, ancestor: str, scope: str) -> int | None:
-    path = target.scope_path(scope)
-    return len(path) - 1 - path.index(ancestor) if ancestor in path else None

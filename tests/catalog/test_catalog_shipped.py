@@ -110,19 +110,25 @@ def test_cpu_figures(targets):
 
 def test_s17_resolve_keeps_hard_constraints(targets):
     cpu, m2 = targets["x86-avx2"], targets["apple-m2"]
-    # CPU worker memory lives in local storage, also when the class is left open.
+    # CPU worker memory lives in local storage; an open class has every home with an
+    # instance per worker or a sliceable one above it, nearest first (the planner chooses).
     assert cpu.resolve("shared", "worker").name == "local"
-    assert cpu.resolve("auto_", "worker").name == "local"
+    assert [r.name for r in cpu.homes("auto_", "worker")] == ["registers", "local", "dram"]
     assert cpu.resolve("shared", "lane").name == "local"  # a slice of the worker's
     assert cpu.resolve("global", "worker").name == "dram"
     # Metal: group memory → threadgroup storage, descendant memory → private.
     assert m2.resolve("shared", "threadgroup").name == "threadgroup_memory"
     assert m2.resolve("private_", "thread").name == "thread_registers"
-    assert m2.resolve("auto_", "thread").name == "thread_registers"
+    # per thread; threadgroup memory is not sliceable per thread, device memory is
+    assert [r.name for r in m2.homes("auto_", "thread")] == ["thread_registers",
+                                                            "device_memory"]
     # Unsupported pairs fail instead of changing the owner.
     assert m2.resolve("private", "threadgroup") is None  # group-owned private
     assert m2.resolve("shared", "simdgroup") is None  # no slicing of threadgroup memory
     assert cpu.resolve("tensor", "worker") is None
+    # auto_ has no catalog answer: choosing among its homes is the planner's decision
+    with pytest.raises(PlannerError, match="chosen by the planner"):
+        cpu.resolve("auto_", "worker")
 
 
 def test_s6_tensor_memory_access_is_not_monotone(targets):
@@ -137,7 +143,8 @@ def test_s6_tensor_memory_access_is_not_monotone(targets):
     assert not b200.can_access("warp", "tmem", "mma_write")
     # ...while threads do read shared memory, which the block also reaches.
     assert b200.can_access("thread", "smem", "read")
-    assert b200.resolve("auto_", "block").name == "smem"  # tensor memory is never "auto"
+    # tensor memory is never an auto_ home (it cannot be read and written plainly)
+    assert "tmem" not in {r.name for r in b200.homes("auto_", "block")}
     assert "tmem" not in {r.name for r in targets["nvidia-h100"].resources}
 
 
