@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
+SUPPORT = ROOT / "tests"  # test-support modules shared across folders (live_http)
+for path in (EXAMPLES, SUPPORT):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 settings.register_profile(
     "ci", max_examples=60, derandomize=True, deadline=None,

@@ -15,17 +15,15 @@ kernel as JSON IR and as text IR.  ``show`` only prints, and still prints these 
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from live_http import checked_client
 
 from planner.cli import main
 from planner.ir.core import Kernel
@@ -123,26 +121,12 @@ def test_cli_show_still_prints_an_invalid_kernel(bad: Bad,
 # -- HTTP ------------------------------------------------------------------------------
 
 
-@cache
-def _live_server() -> Any:
-    """``live_server`` of tests/server/conftest.py (uvicorn on a free loopback port)."""
-    path = Path(__file__).resolve().parents[1] / "server" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_server_conftest_for_cli", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.live_server
-
-
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     settings = Settings(writable_catalog_dir=tmp_path_factory.mktemp("catalogs"),
                         pool_workers=2, default_time_limit_s=5.0, max_time_limit_s=5.0)
-    with _live_server()(settings) as live, live.client() as client:
+    with checked_client(settings) as client:
         yield client
-        errors = live.service.metrics.server_errors()
-    assert errors == 0, f"the server answered {errors} request(s) with a 5xx status"
 
 
 def _loaded(bad: Bad) -> tuple[Kernel, dict[str, int]]:

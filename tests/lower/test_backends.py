@@ -10,9 +10,7 @@ never lowered for another.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 import typing
 from collections.abc import Iterator
 from functools import cache
@@ -22,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from live_http import checked_client
 
 from planner.catalog import CatalogRegistry, Target
 from planner.cli import build_parser, main
@@ -208,26 +207,12 @@ def test_survey_runs_what_this_machine_can_and_skips_the_rest(
 # -- CLI and server: one answer for a planning-only target ----------------------------------
 
 
-@cache
-def _live_server() -> Any:
-    """``live_server`` of tests/server/conftest.py (uvicorn on a free loopback port)."""
-    path = Path(__file__).resolve().parents[1] / "server" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_server_conftest_for_backends", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.live_server
-
-
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     settings = Settings(writable_catalog_dir=tmp_path_factory.mktemp("catalogs"),
                         pool_workers=2, default_time_limit_s=5.0, max_time_limit_s=5.0)
-    with _live_server()(settings) as live, live.client() as client:
+    with checked_client(settings) as client:
         yield client
-        errors = live.service.metrics.server_errors()
-    assert errors == 0, f"the server answered {errors} request(s) with a 5xx status"
 
 
 @pytest.mark.parametrize("name", PLANNING_ONLY)

@@ -7,62 +7,17 @@ talk to it with httpx.  At teardown the app's metrics must show no 5xx response.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
+from live_http import LiveServer, live_server
 
-from server import Settings, create_app
-from server.service import Service
+from server import Settings
 
 TOKEN = "test-token-0123456789"
-
-
-@dataclass
-class LiveServer:
-    app: FastAPI
-    base_url: str
-    settings: Settings
-
-    @property
-    def service(self) -> Service:
-        service: Service = self.app.state.service
-        return service
-
-    def client(self, **kwargs: object) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=120.0, **kwargs)  # type: ignore[arg-type]
-
-
-@contextmanager
-def live_server(settings: Settings, app: FastAPI | None = None) -> Iterator[LiveServer]:
-    """Serve ``app`` (default ``create_app(settings)``) on a free 127.0.0.1 port."""
-    app = app or create_app(settings)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.01)
-    try:
-        yield LiveServer(app, f"http://127.0.0.1:{port}", settings)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @pytest.fixture(scope="session")
