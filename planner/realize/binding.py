@@ -80,6 +80,9 @@ class MemoryBinding:
     accesses: tuple[MemoryAccess, ...]
     homes: tuple[Resource, ...]  # legal placements, nearest first
     nbytes: int | None = None  # one version at the binding's symbol values (None: symbolic)
+    # the homes every access may reach with its operation (for auto_: all homes): what the
+    # planner chooses among; an unreachable explicit home is left to the proofs to refute
+    reachable: tuple[Resource, ...] = ()
 
     @property
     def home(self) -> Resource | None:
@@ -219,9 +222,10 @@ def _bind_memories(kernel: Kernel, target: Target, binding: ExecutionBinding,
         cls = normalize_class(alloc.resource)
         accs = tuple(accesses[key])
         homes = memory_homes(target, cls, owner_scope, accs)
+        reachable = tuple(r for r in homes if _reachable(target, r, accs))
         binding.memories[key] = MemoryBinding(alloc, memory_name(alloc), alloc.owner,
                                               owner_scope, cls, accs, homes,
-                                              _storage_bytes(alloc, env))
+                                              _storage_bytes(alloc, env), reachable)
 
 
 def memory_homes(target: Target, cls: str, owner_scope: str,
@@ -232,8 +236,11 @@ def memory_homes(target: Target, cls: str, owner_scope: str,
     homes = target.homes(cls, owner_scope)
     if cls != AUTO:
         return homes
-    return tuple(r for r in homes
-                 if all(target.can_access(a.scope, r.name, a.operation) for a in accesses))
+    return tuple(r for r in homes if _reachable(target, r, accesses))
+
+
+def _reachable(target: Target, res: Resource, accesses: tuple[MemoryAccess, ...]) -> bool:
+    return all(target.can_access(a.scope, res.name, a.operation) for a in accesses)
 
 
 def _storage_bytes(alloc: AllocOp, env: Mapping[str, int]) -> int | None:

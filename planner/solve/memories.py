@@ -52,10 +52,8 @@ def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
 def _memory_homes(ctx: Context, op: core.AllocOp, default: Resource) -> list[Resource]:
     """The homes the planner may choose: legal and accessible to every scope that
     touches the Memory with the operations it applies; the default home first."""
-    mb = ctx.binding.memory(op)
-    homes = [r for r in mb.homes
-             if all(ctx.target.can_access(a.scope, r.name, a.operation) for a in mb.accesses)]
-    return [default, *(r for r in homes if r.name != default.name)]
+    reachable = ctx.binding.memory(op).reachable
+    return [default, *(r for r in reachable if r.name != default.name)]
 
 
 def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:
