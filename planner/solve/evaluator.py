@@ -174,6 +174,16 @@ class Truth:
             self._sites[vi] = frozenset(out)
         return self._sites[vi]
 
+    def recompute_sites(self, vi: int) -> frozenset[int]:
+        """The points where value ``vi``'s chain is re-derived (a recomputed edge)."""
+        out: set[int] = set()
+        for i in self.problem.values[vi].edges:
+            e = self.problem.edges[i]
+            if self.a.choices[i] is RECOMPUTED and e.legal(RECOMPUTED):
+                out |= ({e.consumer_point} if e.consumer_value is None
+                        else self.sites(e.consumer_value))
+        return frozenset(out)
+
     def storage(self, vi: int) -> str | None:
         """The resource of the value's one buffer (its placement, else its registers)."""
         v = self.problem.values[vi]
@@ -184,6 +194,8 @@ class Truth:
         g = self.problem.guards[gi]
         if g.kind == "site":
             return g.b in self.sites(g.a)
+        if g.kind == "recompute":
+            return g.b in self.recompute_sites(g.a)
         return self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
 
     def mixed(self, vi: int) -> bool:

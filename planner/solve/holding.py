@@ -157,9 +157,9 @@ class Holding:
         consumer that may read ``e``'s value; guard None: the consumer is a sink.
 
         A value that stops a recompute chain (a reduction, mma result or loop carry) is
-        also read wherever a recomputation re-derives its consumer: where the chain's
-        root may be evaluated (an over-approximation when the root is evaluated there
-        only in its own, decided, way)."""
+        also read wherever a recomputation re-derives its consumer: where an edge of the
+        chain's root is recomputed into a consumer evaluated there (guard ``recompute``);
+        a root fused there reads its operands as their own edges decided."""
         if e.consumer_value is None:
             return [(e.consumer_point, None, e.aligned)]
         c = self.values[e.consumer_value]
@@ -168,9 +168,39 @@ class Holding:
                 for n in sorted(self.reach(c.index))]
         for t in self._chain_roots.get(e.index, ()):
             along = e.aligned and self._aligned_in_chain(t, c.node)
-            out += [(n, self.guard("site", t, n), along and self.aligned_to(t, n))
-                    for n in sorted(self.reach(t))]
+            out += [(n, self.guard("recompute", t, n), along and self._recompute_aligned(t, n))
+                    for n in sorted(self._recompute_reach(t))]
         return out
+
+    def _recompute_edges(self, vi: int) -> list[Edge]:
+        return [e for i in self.values[vi].edges if (e := self.edges[i]).legal(RECOMPUTED)]
+
+    def _recompute_reach(self, vi: int) -> frozenset[int]:
+        """Points where value ``vi``'s chain may be re-derived (a recomputed edge)."""
+        out: set[int] = set()
+        for e in self._recompute_edges(vi):
+            if e.consumer_value is None:
+                out.add(e.consumer_point)
+                continue
+            c = self.values[e.consumer_value]
+            if self.can_home(c.index):
+                out.add(c.def_point)
+            out |= self.reach(c.index)
+        return frozenset(out)
+
+    def _recompute_aligned(self, vi: int, site: int) -> bool:
+        """Whether every recomputed path from ``vi`` to ``site`` reads element for element."""
+        ok = True
+        for e in self._recompute_edges(vi):
+            if e.consumer_value is None:
+                ok = ok and (e.consumer_point != site or e.aligned)
+                continue
+            c = self.values[e.consumer_value]
+            if c.def_point == site:
+                ok = ok and e.aligned
+            elif site in self.reach(c.index):
+                ok = ok and e.aligned and self.aligned_to(c.index, site)
+        return ok
 
     def _stop_readers(self) -> dict[int, list[int]]:
         """Edge -> the values whose recompute chain contains the edge's consumer (not as

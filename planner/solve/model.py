@@ -413,6 +413,31 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
     return out
 
 
+def _recompute(bm: BuiltModel, vi: int, point: int) -> Cond:
+    """Value ``vi``'s chain is re-derived at ``point`` (an edge of it recomputed into a
+    consumer evaluated there)."""
+    key = ("recompute", vi, point)
+    if key in bm.conditions:
+        return bm.conditions[key]
+    p = bm.problem
+    parts: list[Cond] = []
+    for i in p.values[vi].edges:
+        e = p.edges[i]
+        if (i, RECOMPUTED) not in bm.x or not e.legal(RECOMPUTED):
+            continue
+        if e.consumer_value is None:
+            there: Cond = e.consumer_point == point
+        else:
+            t = p.values[e.consumer_value]
+            there = _site(bm, t.index, point) if (point == t.def_point
+                                                  or point in t.sites) else False
+        parts.append(_conjunction(bm, ("via", i, RECOMPUTED, point), [bm.x[(i, RECOMPUTED)],
+                                                                       there]))
+    out = _disjunction(bm, key, parts)
+    bm.conditions[key] = out
+    return out
+
+
 def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
     """The carry and its yielded value live in different storage (resource or registers)."""
     key = ("split", carry, yielded)
@@ -445,7 +470,11 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
 
 def guard_literal(bm: BuiltModel, gi: int) -> Cond:
     g = bm.problem.guards[gi]
-    return _site(bm, g.a, g.b) if g.kind == "site" else _split(bm, g.a, g.b)
+    if g.kind == "site":
+        return _site(bm, g.a, g.b)
+    if g.kind == "recompute":
+        return _recompute(bm, g.a, g.b)
+    return _split(bm, g.a, g.b)
 
 
 def temp_literal(bm: BuiltModel, ti: int) -> Cond:

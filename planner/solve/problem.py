@@ -109,9 +109,12 @@ class Guard:
     carry value ``a`` and the value ``b`` yielded to it live in different storage, or
     ``b`` is kept both in registers and in a buffer (the lowering then keeps the
     carry's buffer for the whole loop beside ``b``'s own and copies at the yield).
+    ``recompute``: value ``a``'s chain is re-derived at point ``b`` (some edge of ``a``
+    is recomputed into a consumer evaluated there): the values that stop the chain are
+    read there.
     """
 
-    kind: str  # "site" | "split"
+    kind: str  # "site" | "split" | "recompute"
     a: int
     b: int
 
