@@ -479,6 +479,15 @@ def compare(name, tn, capacity, plan):
             info.append(("yielded value held by the plan at points disjoint from its carry, same "
                          "resource/bytes/versions; the loop program computes it into the carry's "
                          "buffer: merged as one buffer", f"{hy.label} into {hc.label}"))
+        elif (hc is not None and (hy.resource, hy.nbytes, hy.versions, hc.versions)
+              == (hc.resource, hc.nbytes, 1, 1) and hy.points == hc.points):
+            hc.merged, hc.versions, hc.nbytes = hy.label, 2, hc.nbytes + hy.nbytes
+            for at in hy.points:
+                per_point[at][hy.resource] = [k for k in per_point[at][hy.resource] if k != yk]
+            del holders[yk]
+            del aliased[yk]
+            info.append(("yielded value held by the plan beside its carry for the whole loop "
+                         "(pingpong): the carry's second version", f"{hy.label} into {hc.label}"))
     keys = set(holders) | set(bufs)
     for k in sorted(keys, key=str):
         h, lb = holders.get(k), bufs.get(k)

@@ -2,7 +2,8 @@
 
 A buffer that keeps several iteration-local versions (S18) stores them
 :data:`VERSION_ALIGN` bytes apart, so each version starts on a cache line (CPU) or a
-16-byte threadgroup boundary (Metal) whatever the element type; a buffer's footprint in a
+16-byte threadgroup boundary (Metal) whatever the element type (a ping-pong loop carry:
+its resource's alignment apart, see :func:`version_stride_elements`); a buffer's footprint in a
 resource is then rounded up to that resource's alignment.  The cost model counts these
 bytes and the loop program allocates them, both through this module.
 """
@@ -25,6 +26,10 @@ def version_bytes(nbytes: int, max_versions: int) -> int:
     return align(nbytes, VERSION_ALIGN) if max_versions > 1 else nbytes
 
 
-def version_stride_elements(itemsize: int) -> int:
-    """The version stride's granule in elements of ``itemsize`` bytes."""
-    return max(1, VERSION_ALIGN // itemsize)
+def version_stride_elements(itemsize: int, granule: int = VERSION_ALIGN) -> int:
+    """The version stride's granule in elements of ``itemsize`` bytes.
+
+    A loop carry that ping-pongs keeps its old value and the value yielded into it: two
+    values, each its own buffer in the cost model rounded to its resource's alignment,
+    so its ``granule`` is that alignment rather than :data:`VERSION_ALIGN`."""
+    return max(1, granule // itemsize)

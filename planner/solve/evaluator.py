@@ -196,7 +196,10 @@ class Truth:
             return g.b in self.sites(g.a)
         if g.kind == "recompute":
             return g.b in self.recompute_sites(g.a)
-        return self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
+        split = self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
+        if g.kind == "split":
+            return split
+        return not split and any(x < 0 or self.guard(x) for x in g.any_of)  # pingpong
 
     def mixed(self, vi: int) -> bool:
         """Kept in registers for some edges and in a buffer for others (two copies)."""

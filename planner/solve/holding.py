@@ -22,7 +22,7 @@ from planner.ir import core
 from planner.ir.expr import product
 from planner.realize.temporaries import exchange_home, temporary_home
 from planner.solve.context import Context, eval_int, owner_of, span, tile_shape
-from planner.solve.layouts import align, layout_bytes, version_bytes
+from planner.solve.layouts import align
 from planner.solve.legality import is_elementwise_kind, is_inlinable_kind, recompute_chain
 from planner.solve.problem import (
     FUSED,
@@ -47,8 +47,8 @@ class _Carry:
     yield_node: str
     yield_def: int
     loop_end: int  # one past the loop's last point
-    aliased: bool  # the yielded value is computed straight into the carry's buffer
-    copies: int  # 2: the old value is read after the new one is written (ping-pong)
+    aliased: bool  # the yielded value may be computed straight into the carry's buffer
+    late: tuple[int, ...]  # guards of the carry's reads after that write (-1: always)
 
 
 class Holding:
@@ -59,9 +59,11 @@ class Holding:
       into a later consumer is evaluated there: the value's lifetime then extends to
       that consumer (a decision-dependent :class:`Guard` ``site``).
     * A loop carry's buffer exists for the whole loop: until its yielded value is
-      written into it (in place, when the old value is not read afterwards, else two
-      versions for the whole loop), and beside the yielded value when their storage
-      differs (a :class:`Guard` ``split``: the lowering then copies at the yield).
+      written into it (in place, when the old value is not read afterwards), beside the
+      yielded value when their storage differs (a :class:`Guard` ``split``: the
+      lowering then copies at the yield), or as two versions for the whole loop, the
+      old value and the yielded one, when the old value is read after the new one is
+      written (a :class:`Guard` ``pingpong``: the yielded value is held loop-long).
     * Temporaries: mma operand staging and, where registers are split among the
       owner's threads, exchange areas (:class:`Temp`).
     """
@@ -87,7 +89,7 @@ class Holding:
         self._chain_roots = self._stop_readers()
         self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
-        self._scale_carries()
+        self._yielded = {c.yielded: c for c in self.carries.values() if c.aliased and c.late}
         self._held()
         self.values = [self._segments(v) for v in self.values]
 
@@ -145,8 +147,11 @@ class Holding:
             self._aligned_to[key] = ok
         return self._aligned_to[key]
 
-    def guard(self, kind: str, a: int, b: int) -> int:
-        gd = Guard(kind, a, b)
+    def _pingpong(self, c: _Carry) -> int:
+        return self.guard("pingpong", c.value, c.yielded, c.late)
+
+    def guard(self, kind: str, a: int, b: int, any_of: tuple[int, ...] = ()) -> int:
+        gd = Guard(kind, a, b, any_of)
         if gd not in self._guard_index:
             self._guard_index[gd] = len(self.guards)
             self.guards.append(gd)
@@ -258,40 +263,25 @@ class Holding:
             yields = sum(1 for i in y.edges if self.edges[i].loop_carried)
             aliased = (tuple(g.nodes[y.node]["region"][-1:]) == (label,) and yields == 1
                        and y.max_versions == 1 and y.kind != "loop.carry")
-            copies = 1
+            late: set[int] = set()
             if aliased:
                 for i in v.edges:
                     e = self.edges[i]
                     if label not in g.nodes[self.ctx.node_by_name[e.consumer]]["loops"]:
                         continue  # a use of the loop result
-                    for n, _, aligned in self._sites_of(e):
+                    for n, gd, aligned in self._sites_of(e):
                         if n > y.def_point or (n == y.def_point and not aligned):
-                            copies = 2
-            out.append(_Carry(v.index, y.index, y.node, y.def_point, end, aliased, copies))
+                            late.add(-1 if gd is None else gd)
+            late_t = (-1,) if -1 in late else tuple(sorted(late))
+            out.append(_Carry(v.index, y.index, y.node, y.def_point, end, aliased, late_t))
         return out
-
-    def _scale_carries(self) -> None:
-        """A carry that ping-pongs keeps two versions of its buffer."""
-        for c in self.carries.values():
-            if c.copies == 1:
-                continue
-            v = self.values[c.value]
-            reg = self.ctx.fig.register_home(v.scope)
-            reg_bytes = v.reg_bytes
-            if reg is not None:
-                reg_bytes = c.copies * align(version_bytes(v.bytes, 2), reg[0].alignment)
-            placements = tuple(dataclasses.replace(p, bytes=c.copies * align(version_bytes(
-                layout_bytes(v.shape, v.itemsize, p.layout), 2), self.ctx.target.resource(
-                p.resource).alignment)) for p in v.placements)
-            self.values[c.value] = dataclasses.replace(v, reg_bytes=reg_bytes,
-                                                       placements=placements)
 
     def _in_place(self, e: Edge, site: int, aligned: bool) -> bool:
         """A carry's read at the statement that writes its next value into its own buffer,
-        element for element: the old and the new value share the buffer."""
+        element for element: the old and the new value share the buffer (when the old
+        value is read later too, the ``pingpong`` guard holds the second version)."""
         c = self.carries.get(e.value)
-        return (c is not None and c.aliased and c.copies == 1 and site == c.yield_def
-                and aligned)
+        return c is not None and c.aliased and site == c.yield_def and aligned
 
     # ------------------------------------------------------------------ intervals
 
@@ -330,15 +320,21 @@ class Holding:
                 items.append((e.held[1], end, i, gd))
         c = self.carries.get(v.index)
         if c is not None:  # one buffer serves every use: held wherever any use holds it
-            whole = not c.aliased or c.copies > 1
             after = max([self.edges[i].held[1] for i in v.edges], default=c.loop_end)
             for i in v.edges:
-                items.append((v.def_point, c.loop_end if whole else c.yield_def, i, None))
-                if not whole:
+                items.append((v.def_point, c.yield_def if c.aliased else c.loop_end, i, None))
+                if c.aliased:  # the yield copies (split), or two versions (pingpong)
                     items.append((c.yield_def, c.loop_end, i,
                                   self.guard("split", v.index, c.yielded)))
+                    if c.late:
+                        items.append((c.yield_def, c.loop_end, i, self._pingpong(c)))
                 if after > c.loop_end:  # the loop result, read after the loop
                     items.append((c.loop_end, after, i, None))
+        c = self._yielded.get(v.index)
+        if c is not None:  # the carry's second version, for the whole loop
+            start = self.values[c.value].def_point
+            for i in v.edges:
+                items.append((start, c.loop_end, i, self._pingpong(c)))
         cuts = sorted({x for a, b, _, _ in items for x in (a, b)})
         # Sweep the cuts: an item covers [lo, hi) (consecutive cuts) iff a <= lo < b.
         starts: dict[int, list[tuple[int, int | None]]] = {}

@@ -438,11 +438,13 @@ def _recompute(bm: BuiltModel, vi: int, point: int) -> Cond:
     return out
 
 
-def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
-    """The carry and its yielded value live in different storage (resource or registers)."""
+def _split(bm: BuiltModel, carry: int, yielded: int) -> cp_model.IntVar:
+    """The carry and its yielded value live in different storage (resource or registers),
+    or the yielded value is kept both in registers and in a buffer; reified exactly (the
+    ``pingpong`` guard holds when it is false)."""
     key = ("split", carry, yielded)
     if key in bm.conditions:
-        return bm.conditions[key]
+        return bm.conditions[key]  # type: ignore[return-value]
     p, m = bm.problem, bm.model
 
     def storage(vi: int) -> dict[str | None, object]:
@@ -455,17 +457,49 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> Cond:
         out[v.register] = out.get(v.register, 0) + 1 - sum(ys.values())
         return out
 
+    def exact_and(name: str, a: object, b: object) -> object:
+        if isinstance(a, int) or isinstance(b, int):
+            return a * b  # type: ignore[operator]
+        z = m.NewBoolVar(name)
+        m.Add(z <= a)  # type: ignore[operator]
+        m.Add(z <= b)  # type: ignore[operator]
+        m.Add(z >= a + b - 1)  # type: ignore[operator]
+        return z
+
     a, b = storage(carry), storage(yielded)
-    d = m.NewBoolVar(f"split{carry}_{yielded}")
-    for r in sorted(a.keys() | b.keys(), key=lambda r: (r is not None, r or "")):
-        m.Add(d >= a.get(r, 0) - b.get(r, 0))  # type: ignore[operator]
-    virtual = _disjunction(bm, ("virtual", yielded), [
-        bm.x[(i, VIRTUAL)] for i in p.values[yielded].edges if (i, VIRTUAL) in bm.x])
+    same = sum(exact_and(f"same{carry}_{yielded}_{n}", a[r], b[r])  # type: ignore[misc]
+               for n, r in enumerate(sorted(a.keys() & b.keys(),
+                                            key=lambda r: (r is not None, r or ""))))
+    lits = [bm.x[(i, VIRTUAL)] for i in p.values[yielded].edges if (i, VIRTUAL) in bm.x]
     buffered = sum(y for (w, _), y in bm.y.items() if w == yielded)
-    if virtual is not False and not isinstance(buffered, int):  # kept in two places
-        m.Add(d >= virtual + buffered - 1)  # type: ignore[operator]
+    mixed: object = 0
+    if lits and not isinstance(buffered, int):  # kept in two places
+        virtual = m.NewBoolVar(f"virtual{yielded}")
+        m.AddMaxEquality(virtual, lits)
+        mixed = exact_and(f"mixed{yielded}", virtual, buffered)
+    d = m.NewBoolVar(f"split{carry}_{yielded}")
+    m.Add(d >= 1 - same)  # type: ignore[operator]
+    m.Add(d >= mixed)  # type: ignore[operator]
+    m.Add(d <= 1 - same + mixed)  # type: ignore[operator]
     bm.conditions[key] = d
     return d
+
+
+def _pingpong(bm: BuiltModel, gi: int) -> Cond:
+    """The yielded value is computed into the carry's buffer (not split) and the old value
+    is read afterwards: two versions for the whole loop."""
+    g = bm.problem.guards[gi]
+    key = ("pingpong", g.a, g.b)
+    if key in bm.conditions:
+        return bm.conditions[key]
+    split = _split(bm, g.a, g.b)
+    alias = bm.model.NewBoolVar(f"alias{g.a}_{g.b}")
+    bm.model.Add(alias + split == 1)
+    late = _disjunction(bm, ("late", g.a, g.b),
+                        [True if x < 0 else guard_literal(bm, x) for x in g.any_of])
+    out = _conjunction(bm, key, [alias, late])
+    bm.conditions[key] = out
+    return out
 
 
 def guard_literal(bm: BuiltModel, gi: int) -> Cond:
@@ -474,6 +508,8 @@ def guard_literal(bm: BuiltModel, gi: int) -> Cond:
         return _site(bm, g.a, g.b)
     if g.kind == "recompute":
         return _recompute(bm, g.a, g.b)
+    if g.kind == "pingpong":
+        return _pingpong(bm, gi)
     return _split(bm, g.a, g.b)
 
 

@@ -111,12 +111,16 @@ class Guard:
     carry's buffer for the whole loop beside ``b``'s own and copies at the yield).
     ``recompute``: value ``a``'s chain is re-derived at point ``b`` (some edge of ``a``
     is recomputed into a consumer evaluated there): the values that stop the chain are
-    read there.
+    read there.  ``pingpong``: the value ``b`` yielded to carry ``a`` is computed into
+    the carry's buffer (same storage, not split) while the old value is still read
+    (one of the ``any_of`` guards holds): the carry then keeps two versions, the old
+    value and ``b``, for the whole loop.
     """
 
-    kind: str  # "site" | "split" | "recompute"
+    kind: str  # "site" | "split" | "recompute" | "pingpong"
     a: int
     b: int
+    any_of: tuple[int, ...] = ()  # pingpong: guards of the late reads (-1: always)
 
 
 # A literal of a temporary's condition: ("x", edge, Decision) the edge takes the choice,

@@ -751,6 +751,8 @@ class _Builder(PlannedUses):
             ids = tuple(e.edge_id for e in edges if e is not None)
             name = self.new_buffer(self.name(arg), t.dtype, dense(t.shape, planned=True),
                                    resource, "carry", ids, versions=2)
+            self.buffers[name] = dataclasses.replace(  # old value + yielded one
+                self.buffers[name], version_granule=self.buffers[name].alignment)
             cur, nxt = Sym(f"{name}.cur"), Sym(f"{name}.next")
             stage = 0
             if isinstance(pipe, PipeInfo) and i < len(yields):

@@ -18,7 +18,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, ceil_div, mul, product
 from planner.ir.layout import Layout
 from planner.ir.printer import format_float
-from planner.realize.storage import align, version_stride_elements
+from planner.realize.storage import VERSION_ALIGN, align, version_stride_elements
 
 __all__ = [
     "Barrier",
@@ -231,6 +231,7 @@ class Buffer:
     edges: tuple[str, ...] = ()  # plan edge ids this buffer realizes
     note: str = ""
     alignment: int = 1  # the resource's allocation granule (catalog ``alignment``)
+    version_granule: int = VERSION_ALIGN  # bytes the version stride is a multiple of
 
     @property
     def shape(self) -> tuple[Expr, ...]:
@@ -245,7 +246,7 @@ class Buffer:
 
     def version_stride(self) -> Expr:
         """Elements between versions: the storage rounded up to the version alignment."""
-        per = version_stride_elements(self.dtype.itemsize)
+        per = version_stride_elements(self.dtype.itemsize, self.version_granule)
         return mul(ceil_div(self.storage_elements(), per), per)
 
     def total_elements(self) -> Expr:

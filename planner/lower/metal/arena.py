@@ -10,6 +10,7 @@ target's capacities.  The emitter's module doc states the design.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 
 from planner.catalog import Resource, Target
@@ -168,7 +169,8 @@ def _lifetimes(nodes: list[_Node], homes: Mapping[str, _Home]) -> dict[str, tupl
 
 
 _Items = Mapping[str, tuple[int, tuple[int, int]]]  # buffer -> (bytes, [first, last])
-_PACK_SEARCH_NODES = 20_000
+_PACK_TIME_S = 2.0  # CP-SAT packing search (only when first fit misses the peak)
+_PACK_HORIZON = 1 << 20  # statement positions beyond it: the whole instance
 
 
 def _round_up(n: int, step: int) -> int:
@@ -254,8 +256,9 @@ def _pack(items: _Items, bound: int | None = None) -> tuple[dict[str, int], int]
 
     The largest sum of bytes live at one statement bounds every packing from below (the
     plan's peak counts exactly that); first fit in a few orders usually reaches it,
-    else a bounded depth-first search over placements on top of earlier buffers tries
-    to.  Packing intervals optimally is NP-hard, so the bound is not always reached.
+    else CP-SAT searches for the least arena.  Packing intervals optimally is
+    NP-hard: the bound is not always reachable, and a search that runs out of time keeps
+    the best packing found.
     With room below ``bound``, buffers are first spread over bytes of their own."""
     if bound is not None:
         for key in (lambda n: (items[n][1][0], -items[n][0], n),
@@ -273,34 +276,38 @@ def _pack(items: _Items, bound: int | None = None) -> tuple[dict[str, int], int]
                key=lambda r: r[1])
     if best[1] <= lower:
         return best
-    order = sorted(items, key=orders[0])
-    found = [best[1], dict(best[0])]
-    visited = 0
+    exact = _pack_exactly(items, lower, best[1])
+    return exact if exact is not None else best
 
-    def search(i: int, placed: dict[str, int], end: int) -> None:
-        nonlocal visited
-        if i == len(order):
-            found[:] = [end, dict(placed)]
-            return
-        name = order[i]
-        size, life = items[name]
-        others = [(placed[m], placed[m] + items[m][0]) for m in placed
-                  if _overlap(life, items[m][1])]
-        for off in sorted({0, *(e for _, e in others)}):
-            if off + size >= found[0] or visited >= _PACK_SEARCH_NODES:
-                return
-            if all(off + size <= o or e <= off for o, e in others):
-                visited += 1
-                placed[name] = off
-                search(i + 1, placed, max(end, off + size))
-                del placed[name]
-                if found[0] <= lower:
-                    return
 
-    search(0, {}, 0)
-    offsets, end = found[1], found[0]
-    assert isinstance(offsets, dict) and isinstance(end, int)
-    return offsets, end
+def _pack_exactly(items: _Items, lower: int, upper: int) -> tuple[dict[str, int], int] | None:
+    """The least arena (CP-SAT: one interval per buffer in statements x bytes, no two
+    overlapping), searched between the live peak ``lower`` and a known packing ``upper``;
+    None when the search finds nothing better within its time limit."""
+    from ortools.sat.python import cp_model
+
+    g = math.gcd(*(size for size, _ in items.values())) or 1  # offsets stay aligned
+    m = cp_model.CpModel()
+    names = sorted(items)
+    top = m.NewIntVar(-(-lower // g), (upper - 1) // g, "top")
+    xs, ys, offs = [], [], {}
+    for i, n in enumerate(names):
+        size, (lo, hi) = items[n]
+        hi = min(hi, _PACK_HORIZON)
+        off = m.NewIntVar(0, max(0, (upper - size) // g), f"o{i}")
+        offs[n] = off
+        xs.append(m.NewIntervalVar(lo, hi - lo + 1, hi + 1, f"t{i}"))
+        ys.append(m.NewIntervalVar(off, size // g, off + size // g, f"b{i}"))
+        m.Add(off + size // g <= top)
+    m.AddNoOverlap2D(xs, ys)
+    m.Minimize(top)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = _PACK_TIME_S
+    solver.parameters.num_workers = 1  # deterministic
+    solver.parameters.random_seed = 0
+    if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return {n: g * int(solver.Value(o)) for n, o in offs.items()}, g * int(solver.Value(top))
 
 
 def _what(h: _Home) -> str:
