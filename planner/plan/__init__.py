@@ -1,7 +1,8 @@
 """The MaterializationPlan: the contract between planning and lowering (S3).
 
 :mod:`.decisions` holds the frozen plan values (per edge: virtual, fused, recomputed
-or materialized, with resource, layout, versions, lifetime and sync); :mod:`.plan_io`
+or materialized, with resource, layout, versions, lifetime and sync; every buffer it
+holds, where and how long); :mod:`.plan_io`
 their JSON form, schema, table and Graphviz renderings.  ``planner.lower`` depends on
 this package and on ``planner.realize``, never on the solver.
 """
@@ -13,6 +14,7 @@ from planner.plan.decisions import (
     LayoutChoice,
     MaterializationPlan,
     MemoryPlan,
+    PlannedBuffer,
     Policy,
     ProofSummary,
     ResourcePeak,
@@ -33,6 +35,7 @@ __all__ = [
     "LayoutChoice",
     "MaterializationPlan",
     "MemoryPlan",
+    "PlannedBuffer",
     "Policy",
     "ProofSummary",
     "ResourcePeak",

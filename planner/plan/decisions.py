@@ -102,6 +102,36 @@ class MemoryPlan:
     lifetime: tuple[int, int] = (0, 0)  # program points [first, end)
 
 
+def register_copy_name(value: str) -> str:
+    """The planned buffer of a value's register copy (kept beside its materialized one)."""
+    return f"{value} (registers)"
+
+
+def staging_name(value: str, consumer: str) -> str:
+    """The planned buffer staging ``value`` as an mma operand of ``consumer``."""
+    return f"staging of {value} for {consumer}"
+
+
+def exchange_name(value: str, consumer: str) -> str:
+    """The planned area through which ``consumer``'s threads read ``value``'s registers."""
+    return f"exchange of {value} for {consumer}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBuffer:
+    """One buffer the plan holds, as the lowering allocates it: every materialized value,
+    register copy, loop carry, explicit Memory and compiler temporary (mma operand
+    staging, register exchange area).  ``live``: the ``(owner, first, last)`` program
+    point ranges where it is held; ``bytes`` counts every version with alignment."""
+
+    name: str  # "%5", "%5 (registers)", "%m_i_1", "staging of %3 for %8", ...
+    role: str  # value | register copy | carry | memory | staging | exchange
+    resource: str
+    bytes: int
+    versions: int
+    live: tuple[tuple[str, int, int], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ProofSummary:
     name: str  # e.g. "can_access", "factorization", "capacity", "injectivity", "int64"
@@ -128,6 +158,7 @@ class MaterializationPlan:
     content_hash: str = ""  # of kernel text, catalog, bindings, policy, baseline
     memories: tuple[MemoryPlan, ...] = ()  # explicit Memory: fixed occupants, versions
     bound: int = 0  # the solver's lower bound on the objective (== objective if optimal)
+    buffers: tuple[PlannedBuffer, ...] = ()  # every buffer held, where and how long
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

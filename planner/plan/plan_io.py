@@ -19,6 +19,7 @@ from planner.plan.decisions import (
     LayoutChoice,
     MaterializationPlan,
     MemoryPlan,
+    PlannedBuffer,
     Policy,
     ProofSummary,
     ResourcePeak,
@@ -70,6 +71,9 @@ def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
         "memories": [{"name": m.name, "resource": m.resource, "bytes": m.bytes,
                       "versions": m.versions, "max_versions": m.max_versions,
                       "lifetime": list(m.lifetime)} for m in plan.memories],
+        "buffers": [{"name": b.name, "role": b.role, "resource": b.resource,
+                     "bytes": b.bytes, "versions": b.versions,
+                     "live": [list(r) for r in b.live]} for b in plan.buffers],
         "proofs": [{"name": p.name, "status": p.status, "detail": p.detail}
                    for p in plan.proofs],
         "explanation": list(plan.explanation),
@@ -145,7 +149,12 @@ def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
                                       int(m["versions"]), int(m["max_versions"]),
                                       tuple(m["lifetime"]))  # type: ignore[arg-type]
                            for m in obj.get("memories", [])),
-            bound=int(obj.get("bound", 0)))
+            bound=int(obj.get("bound", 0)),
+            buffers=tuple(PlannedBuffer(str(b["name"]), str(b["role"]), str(b["resource"]),
+                                        int(b["bytes"]), int(b["versions"]),
+                                        tuple((str(o), int(lo), int(hi))
+                                              for o, lo, hi in b["live"]))
+                          for b in obj.get("buffers", [])))
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(f"{type(exc).__name__}: {exc}") from None
 
@@ -188,6 +197,18 @@ def plan_json_schema() -> dict[str, Any]:
                              "versions": {"type": "integer", "minimum": 1},
                              "max_versions": {"type": "integer", "minimum": 1},
                              "lifetime": pair}}
+    buffer = {"type": "object", "required": ["name", "role", "resource", "bytes", "versions",
+                                             "live"],
+              "properties": {"name": {"type": "string"},
+                             "role": {"enum": ["value", "register copy", "carry", "memory",
+                                               "staging", "exchange"]},
+                             "resource": {"type": "string"},
+                             "bytes": {"type": "integer", "minimum": 0},
+                             "versions": {"type": "integer", "minimum": 1},
+                             "live": {"type": "array", "items": {
+                                 "type": "array", "minItems": 3, "maxItems": 3,
+                                 "prefixItems": [{"type": "string"}, {"type": "integer"},
+                                                 {"type": "integer"}]}}}}
     proof = {"type": "object", "required": ["name", "status"], "properties": {
         "name": {"type": "string"},
         "status": {"enum": ["proved", "refuted", "unknown", "skipped"]},
@@ -215,6 +236,7 @@ def plan_json_schema() -> dict[str, Any]:
             "edges": {"type": "array", "items": edge},
             "peaks": {"type": "array", "items": peak},
             "memories": {"type": "array", "items": memory},
+            "buffers": {"type": "array", "items": buffer},
             "proofs": {"type": "array", "items": proof},
             "explanation": {"type": "array", "items": {"type": "string"}},
             "content_hash": {"type": "string"},

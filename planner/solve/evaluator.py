@@ -10,9 +10,11 @@ with it; :mod:`planner.solve.model` encodes the same semantics for CP-SAT.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from planner.plan.decisions import Decision
+from planner.plan.decisions import Decision, register_copy_name
 from planner.solve.problem import (
     CHOICES,
     FUSED,
@@ -232,37 +234,87 @@ def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
     return reg, mat
 
 
-def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
-    """Bytes held per resource at every checked point, with the holders."""
-    out: list[Occupancy] = []
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One buffer held at one checked point: which (``key``), its printed name, role,
+    resource, bytes (every version) and versions."""
+
+    key: tuple[object, ...]
+    name: str
+    role: str  # value | register copy | carry | memory | staging | exchange
+    resource: str
+    bytes: int
+    versions: int
+
+
+def held_at_points(problem: Problem, a: Assignment
+                   ) -> list[tuple[tuple[str, int], list[Held]]]:
+    """The buffers held at every checked point ``(owner, point)``.
+
+    A value yielded to a loop carry and kept in the carry's storage is computed into the
+    carry's buffer: it is held under the carry's key (one buffer; two versions, the old
+    value and the yielded one, when the guard ``pingpong`` holds)."""
     truth = Truth(problem, a)
+    into: dict[int, tuple[int, bool]] = {}  # yielded value -> (its carry, two versions)
+    for g in problem.guards:
+        if g.kind == "split" and not truth.guard(problem.guards.index(g)):
+            into.setdefault(g.b, (g.a, False))
+    for gi, g in enumerate(problem.guards):
+        if g.kind == "pingpong" and truth.guard(gi):
+            into[g.b] = (g.a, True)
+    pingpong = {c for c, two in into.values() if two}
     live: dict[tuple[int, int], tuple[bool, bool]] = {}
+    out: list[tuple[tuple[str, int], list[Held]]] = []
     for lp in problem.live_points:
-        held: dict[str, list[tuple[str, int]]] = {}
+        held: list[Held] = []
         for vi, si in lp.segments:
             v = problem.values[vi]
             if (vi, si) not in live:
                 live[(vi, si)] = segment_live(problem, a, v, v.segments[si], truth)
             reg, mat = live[(vi, si)]
             k = a.versions[vi]
-            label = v.name if k == 1 else f"{v.name} ×{k}"
-            if reg and v.register is not None:
-                held.setdefault(v.register, []).append((label, v.reg_bytes * k))
             q = a.placement[vi]
+            owner = problem.values[into[vi][0]] if vi in into else v
+            role = "carry" if owner.kind == "loop.carry" else "value"
+            kk = 2 if owner.index in pingpong else k
+            if reg and v.register is not None:
+                copy = q is not None
+                held.append(Held(("value", owner.index, "reg" if copy else "main"),
+                                 register_copy_name(owner.name) if copy else owner.name,
+                                 "register copy" if copy else role, v.register,
+                                 v.reg_bytes * k, kk))
             if mat and q is not None:
-                p = v.placements[q]
-                held.setdefault(p.resource, []).append((label, p.bytes * k))
+                pl = v.placements[q]
+                held.append(Held(("value", owner.index, "main"), owner.name, role,
+                                 pl.resource, pl.bytes * k, kk))
         for mi in lp.memories:
             m = problem.memories[mi]
             k = a.memory_versions[mi] if a.memory_versions else 1
             h = m.home_of(a)
-            held.setdefault(m.homes[h], []).append(
-                (m.name if k == 1 else f"{m.name} ×{k}", m.home_bytes[h] * k))
+            held.append(Held(("memory", mi), m.name, "memory", m.homes[h],
+                             m.home_bytes[h] * k, k))
         for ti in lp.temps:
             t = problem.temps[ti]
             if truth.temp(t):
-                held.setdefault(t.resource, []).append((t.name, t.bytes))
-        for res, holders in sorted(held.items()):
-            out.append(Occupancy(res, lp.owner, lp.point, sum(b for _, b in holders),
-                                 problem.capacity(res, lp.owner), tuple(holders)))
+                role = "exchange" if t.name.startswith("exchange") else "staging"
+                held.append(Held(("temp", ti), t.name, role, t.resource, t.bytes, 1))
+        merged: dict[tuple[object, ...], Held] = {}
+        for h in held:  # a carry and the value computed into its second version
+            o = merged.get(h.key)
+            merged[h.key] = h if o is None else dataclasses.replace(o, bytes=o.bytes + h.bytes)
+        out.append(((lp.owner, lp.point), list(merged.values())))
+    return out
+
+
+def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
+    """Bytes held per resource at every checked point, with the holders."""
+    out: list[Occupancy] = []
+    for (owner, point), held in held_at_points(problem, a):
+        per: dict[str, list[tuple[str, int]]] = {}
+        for h in held:
+            label = h.name if h.versions == 1 else f"{h.name} ×{h.versions}"
+            per.setdefault(h.resource, []).append((label, h.bytes))
+        for res, holders in sorted(per.items()):
+            out.append(Occupancy(res, owner, point, sum(b for _, b in holders),
+                                 problem.capacity(res, owner), tuple(holders)))
     return out

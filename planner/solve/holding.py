@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from planner.catalog import Resource
 from planner.ir import core
 from planner.ir.expr import product
+from planner.plan.decisions import exchange_name, staging_name
 from planner.realize.temporaries import exchange_home, temporary_home
 from planner.solve.context import Context, eval_int, owner_of, span, tile_shape
 from planner.solve.layouts import align
@@ -452,7 +453,7 @@ class Holding:
                     nest += [(("x", e.index, c), ("y", v.index, q))
                              for c in (VIRTUAL, MATERIALIZED) if e.legal(c)]
         where = f"{v.name} for {e.consumer}"
-        add(f"staging of {where}", res, nbytes, e.consumer_point, view + nest)  # type: ignore[operator]
+        add(staging_name(v.name, e.consumer), res, nbytes, e.consumer_point, view + nest)  # type: ignore[operator]
         xres = self._exchange_resource(scope)
         if xres is not None and res.resource_class == "private":
             add(f"exchange of the staging of {where}", xres, nbytes,  # type: ignore[operator]
@@ -473,5 +474,5 @@ class Holding:
         for n, when in sorted(by_site.items()):
             res = self._exchange_resource(self.ctx.owner_scope[self._owner(n)])
             if res is not None:
-                add(f"exchange of {v.name} for {self.ctx.node_name[self.point_node[n]]}",  # type: ignore[operator]
+                add(exchange_name(v.name, self.ctx.node_name[self.point_node[n]]),  # type: ignore[operator]
                     res, v.bytes, n, when)

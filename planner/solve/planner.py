@@ -41,6 +41,7 @@ from planner.plan.decisions import (
     EdgePlan,
     MaterializationPlan,
     MemoryPlan,
+    PlannedBuffer,
     Policy,
     ProofSummary,
     ResourcePeak,
@@ -58,6 +59,7 @@ from planner.solve.costs import (
     build_problem,
     evaluate,
 )
+from planner.solve.evaluator import Held, held_at_points
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.model import build_model, solve
 
@@ -181,7 +183,8 @@ class _Header:
                           breakdown=ev.breakdown(),
                           status=Status.OPTIMAL if optimal else Status.FEASIBLE,
                           gap=round(gap, 6), solve_time_s=seconds,
-                          memories=self._memories(a), bound=bound)
+                          memories=self._memories(a), bound=bound,
+                          buffers=planned_buffers(p, a))
 
     def _edge(self, a: Assignment, ev: Evaluation, i: int,
               restrictions: Mapping[int, frozenset]) -> EdgePlan:
@@ -207,6 +210,36 @@ class _Header:
         return tuple(MemoryPlan(m.name, m.homes[h], m.home_bytes[h],
                                 a.memory_versions[m.index], m.max_versions, m.span)
                      for m in self.problem.memories for h in (m.home_of(a),))
+
+
+def planned_buffers(problem: Problem, a: Assignment) -> tuple[PlannedBuffer, ...]:
+    """Every buffer the assignment holds (:func:`held_at_points`), with the program point
+    ranges where it is held, in first-use order."""
+    first: dict[tuple[object, ...], Held] = {}
+    points: dict[tuple[object, ...], list[tuple[str, int]]] = {}
+    checked = held_at_points(problem, a)
+    after: dict[tuple[str, int], int] = {}  # checked point -> the owner's previous one
+    prev: dict[str, int] = {}
+    for (owner, point), held in sorted(checked, key=lambda x: x[0]):
+        if owner in prev:
+            after[(owner, point)] = prev[owner]
+        prev[owner] = point
+        for h in held:
+            first.setdefault(h.key, h)
+            points.setdefault(h.key, []).append((owner, point))
+    out = []
+    for key, h in first.items():
+        ranges: list[list[object]] = []
+        for owner, point in sorted(points[key]):
+            last = ranges[-1] if ranges else None
+            if last is not None and last[0] == owner and last[2] == after.get((owner, point)):
+                last[2] = point
+            else:
+                ranges.append([owner, point, point])
+        out.append(PlannedBuffer(h.name, h.role, h.resource, h.bytes, h.versions,
+                                 tuple((str(o), int(lo), int(hi))  # type: ignore[call-overload]
+                                       for o, lo, hi in ranges)))
+    return tuple(out)
 
 
 def peaks(problem: Problem, ev: Evaluation) -> tuple[ResourcePeak, ...]:

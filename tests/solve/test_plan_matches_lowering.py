@@ -20,6 +20,7 @@ view window staged for an mma is written by its own statement before the mma.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterator, Mapping
 from functools import cache
@@ -32,7 +33,7 @@ from planner.errors import PlannerError
 from planner.ir.core import Kernel
 from planner.lower.loops import program as lp
 from planner.lower.metal.emitter import emit_msl
-from planner.plan.decisions import MaterializationPlan
+from planner.plan.decisions import MaterializationPlan, PlannedBuffer
 from planner.solve import Baseline, Status, plan_kernel
 
 TARGETS = ("x86-avx2", "apple-m2", "nvidia-h100")
@@ -203,8 +204,7 @@ def allocation_peaks(program: lp.LoopProgram, env: Mapping[str, int]) -> Peaks:
             for name, (lo, hi) in life.items():
                 if lo <= p <= hi:
                     buf = program.buffer(name)
-                    nbytes = int(buf.total_elements().evaluate(dict(env))) * buf.dtype.itemsize
-                    held.setdefault(buf.resource, []).append((name, nbytes))
+                    held.setdefault(buf.resource, []).append((name, buf.footprint_bytes(env)))
             for res, holders in held.items():
                 total = sum(n for _, n in holders)
                 if total > out.get(res, (-1, ()))[0]:
@@ -242,6 +242,98 @@ def check_agreement(name: str, target_name: str, baseline: str | None,
         msl = emit_msl(k, plan, t)
         assert msl.threadgroup_bytes <= t.resource("threadgroup_memory").capacity, what
     return plan.status.value
+
+
+# --------------------------------------------------------------------------- conformance
+
+#: Capacity pressure: the shared-class resource shrunk to these percentages of the
+#: unpressured plan's own peak in it (None: as shipped).
+PRESSURES = (None, 50, 25)
+CONFORMANCE_TARGETS = ("x86-avx2", "apple-m2", "nvidia-h100")
+
+
+def _peaks_of(buffers: list[PlannedBuffer]) -> dict[str, int]:
+    """Per resource: the most bytes ``buffers`` hold at one checked point (a buffer's live
+    ranges cover every checked point between their ends)."""
+    out: dict[str, int] = {}
+    for b in buffers:
+        for owner, lo, _ in b.live:
+            held = sum(c.bytes for c in buffers if c.resource == b.resource
+                       and any(o == owner and a <= lo <= z for o, a, z in c.live))
+            out[b.resource] = max(out.get(b.resource, 0), held)
+    return out
+
+
+def conformance(name: str, target_name: str, baseline: str | None,
+                capacity: int | None) -> list[str]:
+    """What differs between the plan's buffers and what the lowered programs allocate."""
+    plan = planned(name, target_name, baseline, capacity)
+    if plan.status is Status.INFEASIBLE:
+        return []
+    k, env = case(name)
+    t = tight(target_name, capacity)
+    what = f"{name} on {target_name} ({baseline or 'optimal'}, shared capacity {capacity})"
+    out: list[str] = []
+    if _peaks_of(list(plan.buffers)) != {p.resource: p.peak_bytes for p in plan.peaks}:
+        out.append(f"{what}: the plan's buffers do not add up to its peaks")
+    # the loop program (the CPU backend allocates exactly its buffers)
+    program = lp.build_loop_program(k, plan, t)
+    lowered: dict[str, tuple[str, int, int]] = {}
+    for buf in program.buffers:
+        if buf.planned in lowered:
+            out.append(f"{what}: two loop buffers realize {buf.planned}")
+        lowered[buf.planned] = (buf.resource, buf.footprint_bytes(env), buf.versions)
+    neutral = [b for b in plan.buffers if b.role != "exchange"]  # exchange: Metal's
+    want = {b.name: (b.resource, b.bytes, b.versions) for b in neutral}
+    for n in sorted(want.keys() | lowered.keys()):
+        if want.get(n) != lowered.get(n):
+            out.append(f"{what}: {n}: plan (resource, bytes, versions) {want.get(n)}, "
+                       f"loop program {lowered.get(n)}")
+    loop_peaks = {r: v[0] for r, v in allocation_peaks(program, env).items() if v[0]}
+    plan_peaks = {r: v for r, v in _peaks_of(neutral).items() if v}
+    if loop_peaks != plan_peaks:
+        out.append(f"{what}: peaks per resource: plan {plan_peaks}, loop program {loop_peaks}")
+    if target_name == "apple-m2":  # the Metal emitter's threadgroup arena
+        msl = emit_msl(k, plan, t)
+        # exchange areas by their bytes: the plan names each after the reader's op, the
+        # emitter after the buffer that reader writes (an mma's is its carry's)
+        tg = [b for b in plan.buffers if b.resource == "threadgroup_memory"]
+        planned_tg = collections.Counter((b.role if b.role == "exchange" else b.name, b.bytes)
+                                         for b in tg)
+        arena = collections.Counter(("exchange" if n.startswith("exchange of") else n, nbytes)
+                                    for n, _, nbytes in msl.arena)
+        if planned_tg != arena:
+            out.append(f"{what}: threadgroup buffers: plan only {sorted(planned_tg - arena)}, "
+                       f"emitter only {sorted(arena - planned_tg)}")
+        peak = _peaks_of(tg).get("threadgroup_memory", 0)
+        if msl.threadgroup_bytes != peak:
+            out.append(f"{what}: threadgroup arena {msl.threadgroup_bytes:,} B, plan's peak "
+                       f"{peak:,} B")
+    return out
+
+
+@pytest.mark.parametrize("target_name", CONFORMANCE_TARGETS)
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_lowered_buffers_are_exactly_the_plans(name: str, target_name: str) -> None:
+    """Every example x target x {optimal, each baseline} x capacity pressure: the buffers
+    the loop program and the Metal emitter allocate are the plan's (name, resource,
+    bytes with every version and alignment, versions), and their peak per resource over
+    the statements that touch them is the plan's reported peak."""
+    problems: list[str] = []
+    compared = 0
+    shared = target(target_name).resources_for_class("shared")[0].name
+    for baseline in PLANS:
+        plan = planned(name, target_name, baseline)
+        peak = next((p.peak_bytes for p in plan.peaks if p.resource == shared), 0)
+        for pct in PRESSURES:
+            if pct is not None and (plan.status is Status.INFEASIBLE or not peak):
+                continue
+            capacity = None if pct is None else peak * pct // 100
+            compared += planned(name, target_name, baseline,
+                                capacity).status is not Status.INFEASIBLE
+            problems += conformance(name, target_name, baseline, capacity)
+    assert compared, (name, target_name)
+    assert not problems, "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- tests

@@ -72,6 +72,8 @@ from planner.plan.decisions import (
     EdgePlan,
     LayoutChoice,
     MaterializationPlan,
+    register_copy_name,
+    staging_name,
 )
 from planner.realize.binding import ExecutionBinding, bind_execution
 from planner.realize.temporaries import temporary_home
@@ -206,13 +208,16 @@ class _Builder(PlannedUses):
 
     def new_buffer(self, base: str, dtype: DType, layout: Layout, resource: tuple[str, str],
                    role: str, edges: tuple[str, ...] = (), note: str = "",
-                   versions: int = 1) -> str:
+                   versions: int = 1, planned: str = "") -> str:
+        """A buffer named after ``base``; ``planned``: the plan's buffer it realizes
+        (default: the value or Memory named ``base``)."""
         name = base
         i = 0
         while name in self.buffers:
             name, i = f"{base}.{i}", i + 1
         self.buffers[name] = Buffer(name, dtype, layout, resource[0], resource[1], versions,
-                                    role, edges, note, self._alignment(resource[0]))
+                                    role, edges, note, self._alignment(resource[0]),
+                                    planned=planned or f"%{base}")
         self.segment_buffers.append(name)
         return name
 
@@ -288,7 +293,8 @@ class _Builder(PlannedUses):
             # buffer for its materialized ones: a register copy, as the planner counts.
             reg = self.new_buffer(f"{name}.r", t.dtype, dense(t.shape, planned=True),
                                   self.resource_for_class("private"), "virtual", virtual,
-                                  "register copy for the virtual edges", versions)
+                                  "register copy for the virtual edges", versions,
+                                  register_copy_name(f"%{self.name(v)}"))
             self.reg_of[v] = _BufRef(reg, ref.version)
         self._barrier_for(name, edges)
         return ref
@@ -565,6 +571,7 @@ class _Builder(PlannedUses):
                      shape: tuple[Expr, Expr], ctx: _Ctx) -> MmaBuf | MmaView:
         idx = _vars(2)
         e = self.read(v, idx, op, operand)
+        planned = staging_name(f"%{self.name(v)}", f"%{self.name(op.result)}")
         if isinstance(e, BufRead) and e.index == idx:
             lay = self.buffers[e.buffer].layout
             if not self._mma_needs_dense(lay):
@@ -574,11 +581,12 @@ class _Builder(PlannedUses):
                 and e.window.shape == shape:
             stage = self.new_buffer(self.temp_name(f"{self.name(v)}.stage"), DType.F32,
                                     dense(shape), self.temp_resource(shape, DType.F32, op),
-                                    "stage", note="edge tiles of the view window")
+                                    "stage", note="edge tiles of the view window",
+                                    planned=planned)
             return MmaView(e.window, e.fill, stage)
         stage = self.new_buffer(self.temp_name(f"{self.name(v)}.stage"), DType.F32,
                                 dense(shape), self.temp_resource(shape, DType.F32, op), "stage",
-                                note="mma operand staging")
+                                note="mma operand staging", planned=planned)
         ctx.out.append(Nest(tuple(map(str, idx)), shape, BufWrite(stage, idx, Const(0)), e))
         return MmaBuf(stage, Const(0))
 

@@ -232,6 +232,7 @@ class Buffer:
     note: str = ""
     alignment: int = 1  # the resource's allocation granule (catalog ``alignment``)
     version_granule: int = VERSION_ALIGN  # bytes the version stride is a multiple of
+    planned: str = ""  # the plan's buffer it realizes (PlannedBuffer.name)
 
     @property
     def shape(self) -> tuple[Expr, ...]:

@@ -315,7 +315,5 @@ def _what(h: _Home) -> str:
     b = h.buffer
     if h.exchange:
         return f"exchange area for the per-thread slices of %{b.name.rsplit('.x', 1)[0]}"
-    if h.hoisted:
-        return f"%{b.name}: {b.note}"
     ver = f" ({b.versions} versions)" if b.versions > 1 else ""
     return f"%{b.name}{ver}"

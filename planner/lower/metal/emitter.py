@@ -29,14 +29,15 @@ Execution mapping
 * **Buffers (S17).**  Threadgroup memory is **one byte arena** per kernel, laid out
   as the plan accounts it: explicit Memory the plan puts in a shared-class resource
   (live for the whole instance), the plan's other threadgroup buffers (materialized
-  edges, staging), the exchange areas and hoisted values below, whatever their element
-  type, each at a byte offset aligned to the resource's alignment and each read through
-  a typed ``threadgroup T*`` view.  When the buffers side by side fit the plan's peak
+  edges, staging) and the exchange areas below: exactly the plan's buffers in the
+  resource (``plan.buffers``), whatever their element type, each at a byte offset
+  aligned to the resource's alignment and each read through a typed ``threadgroup T*``
+  view.  When the buffers side by side fit the plan's peak
   for the resource (``plan.peaks``) each gets its own bytes (reuse would cost
   write-after-read barriers); otherwise buffers whose lifetimes do not overlap share
   bytes, packed so that the arena is at most that peak (the largest sum of bytes live
   at one statement is the bound every packing needs; first fit in several orders, then
-  a bounded search).  Without a plan the bound is the resource's capacity.  A buffer
+  CP-SAT).  Without a plan the bound is the resource's capacity.  A buffer
   is addressed through its layout: padding, strides and XOR swizzles in the index
   arithmetic, versions ``version_stride`` apart.
   A buffer in a private-class resource (virtual tiles, registers, and explicit Memory
@@ -57,18 +58,13 @@ Execution mapping
   against threadgroup capacity with everything else.  A buffer in a global-class
   resource (device memory) lives in this group's region of a device scratch buffer per
   element type, which the host allocates (``MslParam.role == "scratch"``).
-* **Hoisting through broadcasts.**  A fused subexpression of a statement that does not
+* **Broadcast subexpressions.**  A fused subexpression of a statement that does not
   depend on one of the statement's distributed variables (a producer fused into a
   broadcast: ``rsqrt(var[i] + eps)`` in ``y[i, j] = xc[i, j] * rsqrt(var[i] + eps)``)
-  is computed once per element of its own index space, as the cost model prices it
-  and as the CPU backend hoists it: a statement spread over the variables it depends
-  on writes it into a threadgroup area, a barrier follows, and the statement reads
-  the area.  Per-thread slices the subexpression reads along those variables are read
-  by their owners there, so their exchange areas disappear.  If the hoisted areas
-  would take the arena above the plan's peak (a plan with no threadgroup bytes to
-  spare), each thread keeps the value instead while the variables it depends on stay
-  the same: once per thread and source element rather than once per element (a note
-  says so).
+  is never evaluated per broadcast element: each thread keeps its value while the
+  variables it depends on stay the same (once per thread and source element; a note
+  says so).  Computing it once per source element into threadgroup memory would need a
+  buffer the plan does not hold, so the emitter does not.
 * **View windows** are read through masks (``ulong(index) < ulong(extent)``, the
   load's fill outside) and written under the same masks; a dimension whose window is
   the whole view is not masked.  An ``mma`` operand read from a view window is copied
@@ -101,7 +97,7 @@ the array and the bytes.
 Refusals (never a silent change of owner or resource, S17): a target whose backend is
 not Metal, a top-level parallel bound to another scope, explicit Memory with no home
 (group-owned private), a resource class with no Metal placement, a threadgroup arena
-(manual Memory, the plan's temporaries, exchange areas and hoisted values) larger than
+(manual Memory, the plan's temporaries and exchange areas) larger than
 the target's threadgroup memory, element types outside the subset (``f16``/``bf16``).
 """
 
@@ -111,7 +107,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from planner.catalog import Resource, Target
+from planner.catalog import Target
 from planner.ir import core
 from planner.ir.core import Kernel, ReduceFn
 from planner.ir.dtypes import DType
@@ -141,9 +137,8 @@ from planner.lower.metal.spread import (
     _work_buffers,
 )
 from planner.lower.metal.tables import Space
-from planner.plan.decisions import MaterializationPlan, Status
+from planner.plan.decisions import MaterializationPlan, Status, exchange_name
 from planner.realize.binding import ExecutionBinding, MemoryBinding, bind_execution
-from planner.realize.temporaries import exchange_home
 
 __all__ = ["DEFAULT_THREADS", "MslKernel", "MslParam", "SizeLimit", "emit_msl"]
 
@@ -225,7 +220,6 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
         if plan is not None and res is not None:
             self.planned_peak = next((p.peak_bytes for p in plan.peaks
                                       if p.resource == res.name), 0)
-        self.hoisting = True  # broadcast subexpressions into threadgroup memory (else cached)
         self.cached_exprs = 0  # broadcast subexpressions each thread caches instead
         self._memory_names: dict[str, MemoryBinding] | None = None
         self.counter = 0
@@ -442,21 +436,18 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
     # ------------------------------------------------------------------ exchanges
 
     def _with_exchanges(self, w: _Work) -> list[_Node]:
-        """Hoist ``w``'s broadcast subexpressions, then publish per-thread slices that
-        each statement reads away from their owners."""
-        pre, w = self._hoist(w)
-        return [n for x in (*pre, w) for n in self._exchanged(x)]
+        """Cache ``w``'s broadcast subexpressions per thread, then publish per-thread
+        slices that it reads away from their owners."""
+        return self._exchanged(self._cache_broadcasts(w))
 
-    # ------------------------------------------------------------------ hoisting
+    # ------------------------------------------------------------------ broadcasts
 
-    def _hoist(self, w: _Work) -> tuple[list[_Work], _Work]:
-        """Statements computing ``w``'s broadcast subexpressions once per element of
-        their own index space, and ``w`` reading them (see the module doc).
+    def _cache_broadcasts(self, w: _Work) -> _Work:
+        """``w`` with its broadcast subexpressions kept per thread (see the module doc).
 
-        A subexpression is hoisted when it computes something (an operator over at
-        least one read) and does not depend on one of ``w``'s distributed variables; the
+        A subexpression is kept when it computes something (an operator over at least
+        one read) and does not depend on one of ``w``'s distributed variables; the
         largest such subexpressions are taken.  It must not read what ``w`` writes."""
-        res = self._group_home()
         ext = dict((*w.dist, *w.serial))
         order = [v for v, _ in (*w.dist, *w.serial)]
         dist = frozenset(v for v, _ in w.dist)
@@ -496,38 +487,14 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
             assert top is not None
             roots[w.value] = top
         if not roots:
-            return [], w
-        if not self.hoisting or res is None:
-            return [], self._cache(w, roots, order)
-        base = dest if isinstance(w.dest, lp.BufWrite) else f"{dest}.store"
-        pre: list[_Work] = []
-        swap: dict[lp.Elem, lp.Elem] = {}
-        for root, deps in roots.items():
-            vars_ = tuple(v for v in order if v in deps)
-            shape = tuple(ext[v] for v in vars_)
-            self.counter += 1
-            name = f"{base}.h{self.counter}"
-            text = lp.format_elem(root)
-            buf = lp.Buffer(name, root.dtype, dense(shape), res.name, res.resource_class,
-                            role="hoisted", note=f"{text}, once per [{', '.join(vars_)}]")
-            n = self.static(product(shape), f"hoisted {text}")
-            view = self.names.new(name, "tg_")
-            self.limit(view, f"hoisted {text}", product(shape), n, root.dtype.itemsize)
-            self.homes[name] = _Home(buf, Space.THREADGROUP, view, n, pooled=True,
-                                     hoisted=True)
-            idx = tuple(Sym(v) for v in vars_)
-            pre.append(_Work(tuple(zip(vars_, shape, strict=True)), (),
-                             lp.BufWrite(name, idx, Const(0)), root,
-                             comment=f"hoisted out of the broadcast: {text} once per "
-                                     f"[{', '.join(vars_)}]"))
-            swap[root] = lp.BufRead(name, idx, Const(0), root.dtype)
-        return pre, dataclasses.replace(w, value=_replace_elems(w.value, swap))
+            return w
+        return self._cache(w, roots, order)
 
     def _cache(self, w: _Work, roots: Mapping[lp.Elem, frozenset[str]],
                order: list[str]) -> _Work:
-        """Without room in threadgroup memory: each thread keeps the value of a broadcast
-        subexpression while the variables it depends on stay the same (once per thread
-        and source element instead of once per element; only over distributed ones)."""
+        """Each thread keeps the value of a broadcast subexpression while the variables
+        it depends on stay the same (once per thread and source element instead of once
+        per element; only over distributed ones)."""
         dist = {v for v, _ in w.dist}
         swap: dict[lp.Elem, lp.Elem] = {}
         cached: list[tuple[lp.Elem, tuple[str, ...]]] = []
@@ -553,8 +520,11 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
             src = self.homes[r.buffer].buffer
             self.counter += 1
             xname = f"{src.name}.x{self.counter}"
+            reader = (self.homes[w.dest.buffer].buffer.planned
+                      if isinstance(w.dest, lp.BufWrite) else f"tile.store(%{w.dest.view})")
             xbuf = lp.Buffer(xname, src.dtype, dense(src.shape), "exchange", "shared",
-                             role="exchange", note=f"exchange of %{src.name}")
+                             role="exchange", note=f"exchange of %{src.name}",
+                             planned=exchange_name(src.planned, reader))
             n = self.static(product(src.shape), f"exchange of %{src.name}")
             view = self.names.new(xname, "tg_")
             self.limit(view, f"exchange of %{src.name}", product(src.shape), n,
@@ -583,16 +553,6 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
                                        cached=cached))
         return out
 
-    def _group_home(self) -> Resource | None:
-        """Where the threads of a group share compiler temporaries (hoisted values): the
-        realization's exchange home for the group's scope, when it is group memory."""
-        seg = self.segment
-        scope = self.binding.scope_of(seg.label) if seg.parallel else self.binding.root
-        res = exchange_home(self.target, scope)
-        if res is None or tb.PLACEMENT.get(res.resource_class) is not Space.THREADGROUP:
-            return None
-        return res
-
     # ------------------------------------------------------------------ emission
 
     def spread(self) -> list[_Node]:
@@ -604,43 +564,25 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
 
     def emit(self) -> MslKernel:
         self.place_buffers()
-        placed_limits = len(self.limits)
         nodes = self.spread()
         self.place_device()
         self.assign_arena(nodes)
-        bound = self.arena_bound()
-        hoists = [h for h in self.homes.values() if h.hoisted]
-        if hoists and bound is not None and self.arena_bytes > bound:
-            # the hoisted values do not fit beside the plan's buffers: each thread keeps
-            # them instead (unless that is no smaller: the peak is exceeded anyway)
-            kept = (nodes, self.homes, list(self.limits), self.arena, self.arena_bytes,
-                    self.arena_shared, self.arena_peak, self.arena_items)
-            self.homes = {k: h for k, h in self.homes.items()
-                          if not (h.exchange or h.hoisted)}
-            del self.limits[placed_limits:]
-            self.hoisting = False
-            nodes = self.spread()
-            self.assign_arena(nodes)
-            if self.arena_bytes < kept[4]:
-                rest = len(hoists) - self.cached_exprs
-                self.notes.append(
-                    f"{self.cached_exprs} broadcast subexpressions are kept per thread "
-                    "(evaluated once per thread and source element, not once per source "
-                    "element)" + (f", {rest} evaluated per element" if rest > 0 else "")
-                    + f": hoisting them into threadgroup memory would take the arena above "
-                    f"{bound:,} B")
-            else:
-                (nodes, self.homes, self.limits, self.arena, self.arena_bytes,
-                 self.arena_shared, self.arena_peak, self.arena_items) = kept
+        if self.cached_exprs:
+            self.notes.append(
+                f"{self.cached_exprs} broadcast subexpressions are kept per thread (evaluated "
+                "once per thread and source element, not once per broadcast element; the "
+                "plan holds no threadgroup buffer for them)")
         tg_bytes, thread_bytes = self.check_capacity()
         nodes, _ = self.place_barriers(nodes, [], ())
         printer = _Printer(self)
         params = printer.params()
         source = printer.source(nodes, params, tg_bytes, thread_bytes)
+        arena = tuple(sorted((h.buffer.planned, h.offset, self.arena_items[n][0])
+                             for n, h in self.homes.items() if n in self.arena_items))
         return MslKernel(source, printer.kernel_name, tuple(params), self.threads,
                          self.segment.extents if self.segment.parallel else (),
                          tuple(sorted(self.env.items())), tuple(self.limits), tg_bytes,
-                         thread_bytes, tuple(self.notes))
+                         thread_bytes, tuple(self.notes), arena)
 
 
 #: Loop-program statement -> its conversion into spread statements.

@@ -328,7 +328,7 @@ class _Printer:
         members = sorted((em.homes[n] for n in em.arena_items),
                          key=lambda h: (h.offset, h.buffer.name))
         for h in members:
-            what = _what(h) if h.exchange or h.hoisted else _describe_buffer(h.buffer)
+            what = _what(h) if h.exchange else _describe_buffer(h.buffer)
             lines.append(f"  //   [{h.offset}, {h.offset + h.nbytes}) {what}")
         lines.append("  " + tb.ARENA_DECL.format(name=em.arena,
                                                  n=max(1, em.arena_bytes // tb.ARENA_GRANULE)))

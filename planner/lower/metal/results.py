@@ -55,6 +55,8 @@ class MslKernel:
     threadgroup_bytes: int  # threadgroup memory per group: the arena (at most the plan's peak)
     thread_bytes: int  # per-thread slices per thread
     notes: tuple[str, ...] = ()
+    #: the threadgroup arena: (the plan's buffer it realizes, byte offset, bytes)
+    arena: tuple[tuple[str, int, int], ...] = ()
 
     def check_bindings(self, bindings: Mapping[str, int]) -> None:
         """Refuse bindings that need more than an array was sized for (S17)."""

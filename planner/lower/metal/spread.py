@@ -36,7 +36,6 @@ class _Home:
     exchange: bool = False
     pooled: bool = False  # a compiler temporary: in the arena for its lifetime only
     base: Expr = _ZERO  # DEVICE: first element of the buffer in its group's region
-    hoisted: bool = False  # a subexpression computed once per element of its own space
 
     @property
     def nbytes(self) -> int:
