@@ -2,7 +2,8 @@
 
 A buffer that keeps several iteration-local versions (S18) stores them
 :data:`VERSION_ALIGN` bytes apart, so each version starts on a cache line (CPU) or a
-16-byte threadgroup boundary (Metal) whatever the element type (a ping-pong loop carry:
+16-byte threadgroup boundary (Metal) whatever the element type, and on the resource's
+alignment where that is coarser (:func:`version_granule`; a ping-pong loop carry:
 its resource's alignment apart, see :func:`version_stride_elements`); a buffer's footprint in a
 resource is then rounded up to that resource's alignment.  The cost model counts these
 bytes and the loop program allocates them, both through this module.
@@ -10,7 +11,8 @@ bytes and the loop program allocates them, both through this module.
 
 from __future__ import annotations
 
-__all__ = ["VERSION_ALIGN", "align", "version_bytes", "version_stride_elements"]
+__all__ = ["VERSION_ALIGN", "align", "version_bytes", "version_granule",
+           "version_stride_elements"]
 
 VERSION_ALIGN = 64
 
@@ -19,6 +21,13 @@ def align(nbytes: int, alignment: int) -> int:
     """``nbytes`` rounded up to a multiple of ``alignment`` (at least 1)."""
     a = max(1, alignment)
     return -(-nbytes // a) * a
+
+
+def version_granule(alignment: int) -> int:
+    """Bytes a version stride is a multiple of in a resource of ``alignment``: each
+    version starts on :data:`VERSION_ALIGN` and on the resource's own granule (the cost
+    model rounds every version up to the resource's alignment)."""
+    return max(VERSION_ALIGN, alignment)
 
 
 def version_bytes(nbytes: int, max_versions: int) -> int:

@@ -198,6 +198,8 @@ class Truth:
             return g.b in self.sites(g.a)
         if g.kind == "recompute":
             return g.b in self.recompute_sites(g.a)
+        if g.kind == "versioned":
+            return self.a.versions[g.a] > 1
         split = self.storage(g.a) != self.storage(g.b) or self.mixed(g.b)
         if g.kind == "split":
             return split

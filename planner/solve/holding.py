@@ -91,6 +91,7 @@ class Holding:
         self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
         self._yielded = {c.yielded: c for c in self.carries.values() if c.aliased and c.late}
+        self._carry_of_yield = {c.yielded: c for c in self.carries.values()}
         self._held()
         self.values = [self._segments(v) for v in self.values]
 
@@ -295,12 +296,16 @@ class Holding:
             sites = self._sites_of(e) if not e.loop_carried else []
             direct = next((s for s in sites if s[0] == e.consumer_point), None)
             in_place = direct is not None and self._in_place(e, direct[0], direct[2])
-            held = span(ctx, v.node, cn, e.loop_carried, inclusive=True, in_place=in_place)
+            into = self._accumulator_into_carry(e)
+            held = span(ctx, v.node, cn, e.loop_carried, inclusive=True,
+                        in_place=in_place or into is not None)
             pipe = ctx.g.nodes[v.node].get("pipeline")
+            extra: list[tuple[int, int, int]] = []
             if v.max_versions > 1 and pipe in ctx.g.nodes[cn]["loops"]:
                 # a value kept in versions is one array, live over the whole pipeline loop
                 lo, hi = ctx.loop_span[pipe]
-                held = (min(held[0], lo), max(held[1], hi + 1))
+                gd = self.guard("versioned", v.index, 0)
+                extra += [(lo, held[0], gd), (held[1], hi + 1, gd)]
             remote = []
             for n, gd, aligned in sites:
                 if n == e.consumer_point or gd is None:
@@ -309,8 +314,21 @@ class Holding:
                               in_place=self._in_place(e, n, aligned))
                 if end > held[1]:
                     remote.append((n, end, gd))
-            out.append(dataclasses.replace(e, held=held, remote=tuple(remote)))
+            if into is not None and held[1] == e.consumer_point:  # split: copied at the mma
+                remote.append((e.consumer_point, e.consumer_point + 1,
+                               self.guard("split", into.value, into.yielded)))
+            out.append(dataclasses.replace(e, held=held, remote=tuple(remote),
+                                           extra=tuple(x for x in extra if x[0] < x[1])))
         self.edges = out
+
+    def _accumulator_into_carry(self, e: Edge) -> _Carry | None:
+        """The carry whose buffer an mma's accumulator operand is copied into before the
+        mma runs (the mma's result is the value yielded to it, computed in the carry's
+        buffer unless split): the operand is then dead at the mma itself."""
+        if e.consumer_kind != "tile.mma" or e.operand != 2 or not e.aligned:
+            return None
+        c = self._carry_of_yield.get(e.consumer_value)  # type: ignore[arg-type]
+        return c if c is not None and c.aliased and c.value != e.value else None
 
     def _segments(self, v: Value) -> Value:
         items: list[tuple[int, int, int, int | None]] = []  # start, end, edge, guard
@@ -319,6 +337,8 @@ class Holding:
             items.append((e.held[0], e.held[1], i, None))
             for _, end, gd in e.remote:
                 items.append((e.held[1], end, i, gd))
+            for start, end, gd in e.extra:
+                items.append((start, end, i, gd))
         c = self.carries.get(v.index)
         if c is not None:  # one buffer serves every use: held wherever any use holds it
             after = max([self.edges[i].held[1] for i in v.edges], default=c.loop_end)

@@ -510,6 +510,10 @@ def guard_literal(bm: BuiltModel, gi: int) -> Cond:
         return _recompute(bm, g.a, g.b)
     if g.kind == "pingpong":
         return _pingpong(bm, gi)
+    if g.kind == "versioned":
+        v = bm.problem.values[g.a]
+        return _disjunction(bm, ("versioned", g.a), [
+            bm.u[(g.a, k)] for k in range(2, v.max_versions + 1) if (g.a, k) in bm.u])
     return _split(bm, g.a, g.b)
 
 

@@ -114,10 +114,11 @@ class Guard:
     read there.  ``pingpong``: the value ``b`` yielded to carry ``a`` is computed into
     the carry's buffer (same storage, not split) while the old value is still read
     (one of the ``any_of`` guards holds): the carry then keeps two versions, the old
-    value and ``b``, for the whole loop.
+    value and ``b``, for the whole loop.  ``versioned``: value ``a`` keeps more than one
+    version.
     """
 
-    kind: str  # "site" | "split" | "recompute" | "pingpong"
+    kind: str  # "site" | "split" | "recompute" | "pingpong" | "versioned"
     a: int
     b: int
     any_of: tuple[int, ...] = ()  # pingpong: guards of the late reads (-1: always)
@@ -205,6 +206,9 @@ class Edge:
     aligned: bool = True  # the consumer reads element i of the value for its element i
     held: tuple[int, int] = (0, 0)  # occupancy [start, end) when the consumer is computed
     remote: tuple[tuple[int, int, int], ...] = ()  # (site, end, guard): later evaluations
+    #: (start, end, guard): held there too when the guard holds (a value kept in several
+    #: versions is one array over its whole pipeline loop)
+    extra: tuple[tuple[int, int, int], ...] = ()
 
     def legal(self, choice: Decision) -> bool:
         return all(c is not choice for c, _ in self.illegal)

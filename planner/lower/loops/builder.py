@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from planner.catalog import Target
+from planner.catalog import Resource, Target
 from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import (
@@ -76,6 +76,7 @@ from planner.plan.decisions import (
     staging_name,
 )
 from planner.realize.binding import ExecutionBinding, bind_execution
+from planner.realize.storage import version_granule
 from planner.realize.temporaries import temporary_home
 
 __all__ = ["DEFAULT_RESOURCES", "build_loop_program"]
@@ -197,7 +198,10 @@ class _Builder(PlannedUses):
                 return self.resource_for_class("private")
             return self.resource_for_class("shared")
         scope = self.binding.context(op).scope
-        nbytes = n * dtype.itemsize if n is not None else 0
+        # the bytes at the plan's bindings, as the planner sized the temporary
+        sized = n if n is not None else product(shape).evaluate(dict(self.plan.bindings)) \
+            if self.plan is not None else 0
+        nbytes = int(sized) * dtype.itemsize
         res = temporary_home(self.binding.target, scope, nbytes, n is not None)
         if res is None:
             raise error(f"a {dtype} temporary of {nbytes:,} B used at scope {scope} has no "
@@ -215,19 +219,25 @@ class _Builder(PlannedUses):
         i = 0
         while name in self.buffers:
             name, i = f"{base}.{i}", i + 1
+        alignment = self._alignment(resource[0])
         self.buffers[name] = Buffer(name, dtype, layout, resource[0], resource[1], versions,
-                                    role, edges, note, self._alignment(resource[0]),
+                                    role, edges, note, alignment,
+                                    version_granule=version_granule(alignment),
                                     planned=planned or f"%{base}")
         self.segment_buffers.append(name)
         return name
 
-    def _alignment(self, resource: str) -> int:
+    def _resource(self, resource: str) -> Resource | None:
         if self.target is None:
-            return 1
+            return None
         try:
-            return self.target.resource(resource).alignment
+            return self.target.resource(resource)
         except PlannerError:
-            return 1
+            return None
+
+    def _alignment(self, resource: str) -> int:
+        res = self._resource(resource)
+        return res.alignment if res is not None else 1
 
     def temp_name(self, base: str) -> str:
         self._temp += 1
@@ -310,6 +320,20 @@ class _Builder(PlannedUses):
         idx = _vars(t.rank)
         ctx.out.append(Nest(tuple(map(str, idx)), t.shape, BufWrite(reg.name, idx, reg.version),
                             BufRead(ref.name, idx, ref.version, t.dtype)))
+
+    def store_from_registers(self, v: Value, ctx: _Ctx) -> None:
+        """After ``v`` is computed into its register copy: store it into its buffer (the
+        operands' last reads and the register copy's first write are one statement, as
+        the planner holds them at the value's point)."""
+        reg = self.reg_of.get(v)
+        ref = self.buf_of.get(v)
+        if reg is None or ref is None:
+            return
+        t = v.type
+        assert isinstance(t, TileType)
+        idx = _vars(t.rank)
+        ctx.out.append(Nest(tuple(map(str, idx)), t.shape, BufWrite(ref.name, idx, ref.version),
+                            BufRead(reg.name, idx, reg.version, t.dtype)))
 
     def _mma_needs_dense(self, layout: Layout) -> bool:
         return bool(layout.swizzles) or (bool(layout.strides)
@@ -459,7 +483,7 @@ class _Builder(PlannedUses):
             vt = p.type
             assert isinstance(vt, ViewType)
             params.append(ViewParam(self.name(p), vt.dtype, vt.shape, vt.readonly))
-        segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body, self._in_registers))
+        segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body, self._pinned))
                     for seg in segments]
         symbols = self._symbols(segments, params)
         target = self._target_name()
@@ -512,10 +536,11 @@ class _Builder(PlannedUses):
         t = v.type
         assert isinstance(t, TileType)
         idx = _vars(t.rank)
+        first = self.reg_of.get(v, ref)  # computed in registers, then stored from there
         ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), t.shape,
-                                             BufWrite(ref.name, idx, ref.version),
+                                             BufWrite(first.name, idx, first.version),
                                              self.inline(v, idx))))
-        self.copy_to_registers(v, ctx)
+        self.store_from_registers(v, ctx)
 
     def _emit_reduce(self, op: core.ReduceOp, ctx: _Ctx) -> None:
         ref = self.value_buffer(op.result)
@@ -527,8 +552,10 @@ class _Builder(PlannedUses):
         value = self.read(op.x, idx, op, 0)
         dest = BufWrite(ref.name, out_idx, ref.version)
         if op.axis == rank - 1:
-            ctx.out.append(ReduceNest(tuple(map(str, idx)), xt.shape, op.fn, dest, value))
-            self.copy_to_registers(op.result, ctx)
+            first = self.reg_of.get(op.result, ref)  # folded in registers, then stored
+            ctx.out.append(ReduceNest(tuple(map(str, idx)), xt.shape, op.fn,
+                                      BufWrite(first.name, out_idx, first.version), value))
+            self.store_from_registers(op.result, ctx)
             return
         # Reduction over an outer axis: initialize, then accumulate along the inner axis.
         ot = op.result.type
@@ -655,9 +682,18 @@ class _Builder(PlannedUses):
                                              BufWrite(name, idx, self.memory_version(name)),
                                              self.read(op.tile, idx, op, 2))))
 
-    def _in_registers(self, nest: Nest | ReduceNest) -> bool:
+    def _pinned(self, nest: Nest | ReduceNest) -> bool:
+        """Nests sibling fusion may not move earlier: those writing a buffer in a resource
+        whose capacity the plan counts (moving one would hold its buffer over the nests
+        it passes, at points where the plan does not)."""
         d = nest.dest
-        return isinstance(d, BufWrite) and self.buffers[d.buffer].resource_class == "private"
+        if not isinstance(d, BufWrite):
+            return False
+        buf = self.buffers[d.buffer]
+        if buf.resource_class == "private":
+            return True
+        res = self._resource(buf.resource)
+        return res is not None and res.capacity is not None
 
     def _dest_order(self, nest: Nest) -> Nest:
         """Put the destination's unit-stride dimension innermost (a transposed layout is
