@@ -122,7 +122,8 @@ class PlannedBuffer:
     """One buffer the plan holds, as the lowering allocates it: every materialized value,
     register copy, loop carry, explicit Memory and compiler temporary (mma operand
     staging, register exchange area).  ``live``: the ``(owner, first, last)`` program
-    point ranges where it is held; ``bytes`` counts every version with alignment."""
+    point ranges where it is held; ``bytes`` counts every version with alignment;
+    ``sync``: how its writes are ordered before its reads (None: by program order)."""
 
     name: str  # "%5", "%5 (registers)", "%m_i_1", "staging of %3 for %8", ...
     role: str  # value | register copy | carry | memory | staging | exchange
@@ -130,6 +131,7 @@ class PlannedBuffer:
     bytes: int
     versions: int
     live: tuple[tuple[str, int, int], ...]
+    sync: str | None = None  # the catalog sync rule that orders its writes before reads
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,8 @@ def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
                       "lifetime": list(m.lifetime)} for m in plan.memories],
         "buffers": [{"name": b.name, "role": b.role, "resource": b.resource,
                      "bytes": b.bytes, "versions": b.versions,
-                     "live": [list(r) for r in b.live]} for b in plan.buffers],
+                     "live": [list(r) for r in b.live], "sync": b.sync}
+                    for b in plan.buffers],
         "proofs": [{"name": p.name, "status": p.status, "detail": p.detail}
                    for p in plan.proofs],
         "explanation": list(plan.explanation),
@@ -153,7 +154,7 @@ def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
             buffers=tuple(PlannedBuffer(str(b["name"]), str(b["role"]), str(b["resource"]),
                                         int(b["bytes"]), int(b["versions"]),
                                         tuple((str(o), int(lo), int(hi))
-                                              for o, lo, hi in b["live"]))
+                                              for o, lo, hi in b["live"]), b.get("sync"))
                           for b in obj.get("buffers", [])))
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(f"{type(exc).__name__}: {exc}") from None
@@ -208,7 +209,8 @@ def plan_json_schema() -> dict[str, Any]:
                              "live": {"type": "array", "items": {
                                  "type": "array", "minItems": 3, "maxItems": 3,
                                  "prefixItems": [{"type": "string"}, {"type": "integer"},
-                                                 {"type": "integer"}]}}}}
+                                                 {"type": "integer"}]}},
+                             "sync": nullable_str}}
     proof = {"type": "object", "required": ["name", "status"], "properties": {
         "name": {"type": "string"},
         "status": {"enum": ["proved", "refuted", "unknown", "skipped"]},
@@ -316,7 +318,8 @@ def _header(plan: MaterializationPlan) -> list[str]:
 
 
 def format_plan_table(plan: MaterializationPlan) -> str:
-    """Edges, decisions and costs; peaks; the objective's breakdown; status and time."""
+    """Edges, decisions and costs; peaks; every buffer held; the objective's breakdown;
+    status and time."""
     lines = _header(plan)
     if plan.status is Status.INFEASIBLE:
         lines += ["infeasible:", *(f"  {x}" for x in plan.explanation)]
@@ -333,6 +336,13 @@ def format_plan_table(plan: MaterializationPlan) -> str:
              " + ".join(f"{w} {b:,} B" for w, b in p.holders)) for p in plan.peaks]
     lines.append(table(("resource", "peak", "capacity", "point", "held at the peak"), prow,
                        right=(1, 2, 3)))
+    if plan.buffers:
+        lines.append("")
+        brow = [(b.name, b.role, b.resource, fmt_size(b.bytes), str(b.versions),
+                 ", ".join(f"{o} {lo}" + (f"-{hi}" if hi != lo else "") for o, lo, hi in b.live),
+                 b.sync or "") for b in plan.buffers]
+        lines.append(table(("buffer", "role", "resource", "bytes", "ver", "held at points",
+                            "sync"), brow, right=(3, 4)))
     if plan.memories:
         lines.append("")
         mrow = [(m.name, m.resource, fmt_size(m.bytes), f"{m.versions}/{m.max_versions}")

@@ -247,6 +247,7 @@ class Held:
     resource: str
     bytes: int
     versions: int
+    sync: str | None = None  # the catalog sync rule ordering its writes before reads
 
 
 def held_at_points(problem: Problem, a: Assignment
@@ -288,7 +289,7 @@ def held_at_points(problem: Problem, a: Assignment
             if mat and q is not None:
                 pl = v.placements[q]
                 held.append(Held(("value", owner.index, "main"), owner.name, role,
-                                 pl.resource, pl.bytes * k, kk))
+                                 pl.resource, pl.bytes * k, kk, pl.sync))
         for mi in lp.memories:
             m = problem.memories[mi]
             k = a.memory_versions[mi] if a.memory_versions else 1

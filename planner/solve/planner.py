@@ -238,7 +238,7 @@ def planned_buffers(problem: Problem, a: Assignment) -> tuple[PlannedBuffer, ...
                 ranges.append([owner, point, point])
         out.append(PlannedBuffer(h.name, h.role, h.resource, h.bytes, h.versions,
                                  tuple((str(o), int(lo), int(hi))  # type: ignore[call-overload]
-                                       for o, lo, hi in ranges)))
+                                       for o, lo, hi in ranges), h.sync))
     return tuple(out)
 
 
