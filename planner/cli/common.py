@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from planner.ir.load import LoadedKernel, load_kernel, parse_bindings
+from planner.ir.load import (
+    DEFAULT_SYMBOL_BOUNDS,
+    LoadedKernel,
+    load_kernel,
+    parse_bindings,
+    parse_bounds,
+)
 from planner.ir.verify import verify
 from planner.lower.backends import compare_output, max_abs_error
 
 __all__ = ["add_bind_arg", "add_catalog_dir_arg", "add_kernel_arg", "compare_output",
-           "kernel_and_bindings", "max_abs_error"]
+           "kernel_and_bindings", "max_abs_error", "symbol_bounds"]
 
 
 def add_kernel_arg(p: argparse.ArgumentParser) -> None:
@@ -20,6 +26,16 @@ def add_kernel_arg(p: argparse.ArgumentParser) -> None:
 def add_bind_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", action="append", metavar="NAME=VALUE",
                    help="bind a kernel symbol (repeatable); overrides the example's defaults")
+    p.add_argument("--bound", action="append", metavar="NAME=LO..HI",
+                   help="declare the inclusive range of a symbol (repeatable, e.g. N=1..4096): "
+                        "proofs and the verifier range over it where no binding fixes the "
+                        f"symbol (default {DEFAULT_SYMBOL_BOUNDS[0]}..{DEFAULT_SYMBOL_BOUNDS[1]})")
+
+
+def symbol_bounds(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
+    """The command's ``--bound`` declarations, checked against the kernel's symbols by
+    the caller that knows them."""
+    return parse_bounds(getattr(args, "bound", None))
 
 
 def add_catalog_dir_arg(p: argparse.ArgumentParser) -> None:

@@ -27,6 +27,7 @@ from planner.cli.common import (
     add_catalog_dir_arg,
     add_kernel_arg,
     kernel_and_bindings,
+    symbol_bounds,
 )
 from planner.errors import error
 from planner.ir.load import LoadedKernel
@@ -97,7 +98,8 @@ def _planned(args: argparse.Namespace, form: str | None = None
                         kind="usage")
         return loaded, bindings, target, backend, form, saved
     plan = plan_kernel(loaded.kernel, target, bindings, policy=args.policy,
-                       baseline=args.baseline, time_limit_s=args.time_limit)
+                       baseline=args.baseline, time_limit_s=args.time_limit,
+                       bounds=symbol_bounds(args))
     return loaded, bindings, target, backend, form, plan
 
 

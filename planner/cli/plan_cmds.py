@@ -21,6 +21,7 @@ from planner.cli.common import (
     add_catalog_dir_arg,
     add_kernel_arg,
     kernel_and_bindings,
+    symbol_bounds,
 )
 from planner.errors import Diagnostic, PlannerError, SourceLoc
 from planner.solve import (
@@ -97,7 +98,8 @@ def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | No
     try:
         return plan_kernel(loaded.kernel, registry.get(target), bindings, policy=policy,
                            baseline=baseline, time_limit_s=args.time_limit,
-                           workers=args.workers, progress=progress)
+                           workers=args.workers, progress=progress,
+                           bounds=symbol_bounds(args))
     finally:
         if progress is not None:
             print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)

@@ -81,3 +81,34 @@ def parse_bindings(items: list[str] | None) -> dict[str, int]:
             raise error(f"--bind {name.strip()}: {value!r} is not an integer",
                         kind="usage") from None
     return out
+
+
+#: The range a symbol ranges over when no binding fixes it and no bound is declared.
+DEFAULT_SYMBOL_BOUNDS = (0, 2**31 - 1)
+
+
+def parse_bounds(items: list[str] | None) -> dict[str, tuple[int, int]]:
+    """``["N=1..4096", "K=16.."]`` → ``{"N": (1, 4096), "K": (16, 2**31 - 1)}``: declared
+    inclusive ranges of kernel symbols (an omitted end is the default range's)."""
+    out: dict[str, tuple[int, int]] = {}
+    lo_default, hi_default = DEFAULT_SYMBOL_BOUNDS
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        lo_text, dots, hi_text = value.partition("..")
+        if not sep or not name.strip() or not dots:
+            raise error(f"--bound expects NAME=LO..HI (e.g. N=1..4096), got {item!r}",
+                        kind="usage")
+        try:
+            lo = int(lo_text) if lo_text.strip() else lo_default
+            hi = int(hi_text) if hi_text.strip() else hi_default
+        except ValueError:
+            raise error(f"--bound {name.strip()}: {value!r} is not LO..HI with integer ends",
+                        kind="usage") from None
+        if lo > hi:
+            raise error(f"--bound {name.strip()}={value}: the range is empty ({lo} > {hi})",
+                        kind="usage")
+        if lo < 0:
+            raise error(f"--bound {name.strip()}={value}: symbols are extents and offsets, "
+                        f"never negative (lower end {lo} < 0)", kind="usage")
+        out[name.strip()] = (lo, hi)
+    return out

@@ -137,7 +137,7 @@ class PlannedBuffer:
 @dataclass(frozen=True, slots=True)
 class ProofSummary:
     name: str  # e.g. "can_access", "factorization", "capacity", "injectivity", "int64"
-    status: str  # "proved" | "refuted" | "unknown" | "skipped"
+    status: str  # "proved" | "refuted" | "assumed" | "unknown" | "skipped"
     detail: str = ""
 
 

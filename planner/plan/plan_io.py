@@ -213,7 +213,7 @@ def plan_json_schema() -> dict[str, Any]:
                              "sync": nullable_str}}
     proof = {"type": "object", "required": ["name", "status"], "properties": {
         "name": {"type": "string"},
-        "status": {"enum": ["proved", "refuted", "unknown", "skipped"]},
+        "status": {"enum": ["proved", "refuted", "assumed", "unknown", "skipped"]},
         "detail": {"type": "string"}}}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -313,8 +313,24 @@ def _header(plan: MaterializationPlan) -> list[str]:
     status = plan.status.value
     if plan.status is Status.FEASIBLE:
         status += f" (gap {plan.gap:.2%})"
+    caveats = proof_caveats(plan)
+    if caveats and plan.status is not Status.INFEASIBLE:
+        status += f", with {caveats}"
     lines.append(f"status {status} in {plan.solve_time_s:.2f} s")
     return lines
+
+
+def proof_caveats(plan: MaterializationPlan) -> str:
+    """``2 assumptions / 1 unknown proof`` (what a feasible plan's proofs did not prove),
+    or "" when every proof was proved."""
+    n_assumed = sum(p.status == "assumed" for p in plan.proofs)
+    n_unknown = sum(p.status == "unknown" for p in plan.proofs)
+    parts = []
+    if n_assumed:
+        parts.append(f"{n_assumed} assumption{'s' if n_assumed != 1 else ''}")
+    if n_unknown:
+        parts.append(f"{n_unknown} unknown proof{'s' if n_unknown != 1 else ''}")
+    return " / ".join(parts)
 
 
 def format_plan_table(plan: MaterializationPlan) -> str:

@@ -2,8 +2,13 @@
 
 :func:`prove_kernel` checks a kernel against a :class:`~planner.catalog.Target` and
 returns a :class:`ProofReport` with one :class:`ProofResult` per obligation, each
-``proved``, ``refuted`` (with a counterexample) or ``unknown`` (z3 gave up within the
-time limit; never silently treated as proved).
+``proved`` (by a catalog lookup, arithmetic on constants, or z3 over the symbol bounds),
+``refuted`` (with a counterexample), ``assumed`` (it holds under an assumption the detail
+states, e.g. that a view's storage exists; the counterexample shows where it would fail
+otherwise) or ``unknown`` (z3 gave up within the time limit, which the detail gives;
+never silently treated as proved).  An exception inside a check is a bug: it is raised
+as an ``internal`` :class:`~planner.errors.PlannerError` naming the proof, never turned
+into a status.
 
 Execution binding.  Scopes, owners and each Memory's legal homes come from
 :func:`planner.realize.bind_execution`, the one place that binds parallels to target
@@ -69,7 +74,13 @@ from planner.realize.binding import ExecutionBinding, OpContext, bind_execution
 
 PROOF_NAMES: tuple[str, ...] = ("can_access", "factorization", "int64", "capacity",
                                 "injectivity", "bounds")
-PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
+PROVED, REFUTED, ASSUMED, UNKNOWN = "proved", "refuted", "assumed", "unknown"
+STATUSES: tuple[str, ...] = (PROVED, REFUTED, ASSUMED, UNKNOWN)
+#: Every assumption a proof may rest on: its name (as the README lists it) and the text
+#: an ``assumed`` result's detail starts with.
+ASSUMPTIONS: dict[str, str] = {
+    "view storage exists": "assuming the view's storage exists",
+}
 
 
 # --------------------------------------------------------------------------- results
@@ -94,7 +105,7 @@ class ProofResult:
         return self.status == PROVED
 
     def diagnostic(self) -> Diagnostic:
-        """The located finding for a refuted (error) or unknown (warning) result."""
+        """The located finding for a refuted (error), assumed or unknown (warning) result."""
         message = f"{self.name} {self.status}: {self.subject}: {self.detail}"
         if self.counterexample:
             cex = ", ".join(f"{k}={v}" for k, v in self.counterexample.items())
@@ -132,11 +143,15 @@ class ProofReport:
     def unknown(self) -> tuple[ProofResult, ...]:
         return tuple(r for r in self.results if r.status == UNKNOWN)
 
+    @property
+    def assumed(self) -> tuple[ProofResult, ...]:
+        return tuple(r for r in self.results if r.status == ASSUMED)
+
     def by_name(self, name: str) -> tuple[ProofResult, ...]:
         return tuple(r for r in self.results if r.name == name)
 
     def diagnostics(self) -> list[Diagnostic]:
-        """One diagnostic per refuted or unknown result, in check order."""
+        """One diagnostic per refuted, assumed or unknown result, in check order."""
         return [r.diagnostic() for r in self.results if r.status != PROVED]
 
     def raise_if_refuted(self) -> None:
@@ -264,17 +279,30 @@ class _Prover:
     def run(self) -> list[ProofResult]:
         self.results.extend(ProofResult("factorization", p.subject, REFUTED, p.detail, None,
                                         p.loc, p.rule) for p in self.binding.problems)
-        self.collect_allocs()
-        self.check_can_access()
+        self.guarded("can_access", "the kernel's Memory", self.collect_allocs)
+        self.guarded("can_access", "every access", self.check_can_access)
         for a in self.allocs:
-            self.check_factorization(a)
-        self.check_int64_views()
+            self.guarded("factorization", f"memory %{a.name}", self.check_factorization, a)
+        self.guarded("int64", "the view accesses", self.check_int64_views)
         for a in self.allocs:
-            self.check_int64_memory(a)
-        self.check_capacity()
+            self.guarded("int64", f"memory %{a.name}", self.check_int64_memory, a)
+        self.guarded("capacity", "every resource", self.check_capacity)
         for a in self.allocs:
-            self.check_layout(a)
+            self.guarded("injectivity", f"memory %{a.name}", self.check_layout, a)
         return self.results
+
+    def guarded(self, proof: str, subject: str, check_fn: object, *args: object) -> None:
+        """Run one check; an exception in it is a prover bug, reported as one (never a
+        status): an ``internal`` error naming the proof and its subject."""
+        try:
+            check_fn(*args)  # type: ignore[operator]
+        except PlannerError:
+            raise
+        except Exception as exc:
+            raise PlannerError(Diagnostic(
+                f"internal error: the {proof} proof of {subject} failed with "
+                f"{type(exc).__name__}: {exc} (a prover bug; please report it with the "
+                "kernel)", self.kernel.loc), kind="internal") from exc
 
     # ------------------------------------------------------------------ gathering
 
@@ -424,11 +452,18 @@ class _Prover:
         if any(sp.is_concrete([e]) and sp.evaluate(e) <= 0 for e in window):
             return PROVED, "empty window: no address events (S14)", None
         if not sp.is_concrete(list(vt.shape)):
-            # An unbound view extent describes storage the caller already holds, so its
-            # bytes fit; every element a window touches lies inside the view (loads clip,
-            # stores drop), hence inside that storage.  Bind the extents to check numbers.
-            return PROVED, ("assuming the view's storage exists (its extents are unbound): "
-                            "every touched element lies inside the view"), None
+            # Unbound extents: z3 decides over the symbol bounds.  Where the bounds allow a
+            # view too large to address, the access is still safe *if* the caller's storage
+            # exists (every touched element lies inside the view: loads clip, stores drop),
+            # which is an assumption, reported as one with the witness.
+            status, detail, cex = self.window_addressing(op, vt, window, item, ctx)
+            if status != REFUTED:
+                return status, detail, cex
+            return ASSUMED, (ASSUMPTIONS["view storage exists"] + " (every touched element lies "
+                             "inside the view); not provable from the symbol bounds: "
+                             + detail.replace(" (bind the extents or tighten symbol_bounds)",
+                                              "")
+                             + " (declare bounds, e.g. --bound, to prove it)"), cex
         quick = _extreme_witness(sp, vt.shape, op.offsets, window, item)
         if quick is not None:  # the obvious overflow, found without z3
             vals, elem, byte = quick

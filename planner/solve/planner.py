@@ -68,34 +68,41 @@ E = TypeVar("E", bound=Enum)
 
 
 def content_hash(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
-                 policy: Policy, baseline: Baseline | None) -> str:
-    """sha256 of what determines a plan: structure, catalog, bindings, policy, baseline."""
-    payload = json.dumps({
+                 policy: Policy, baseline: Baseline | None,
+                 bounds: Mapping[str, tuple[int, int]] | None = None) -> str:
+    """sha256 of what determines a plan: structure, catalog, bindings, policy, baseline
+    and the declared symbol bounds (they decide proofs)."""
+    content = {
         "kernel": print_kernel(kernel, PrintOptions(locations=False)),
         "catalog": target.content_hash or target.name,
         "bindings": sorted((bindings or {}).items()),
         "policy": policy.value,
         "baseline": baseline.value if baseline else None,
-    }, sort_keys=True)
+    }
+    if bounds:
+        content["bounds"] = sorted((k, list(v)) for k, v in bounds.items())
+    payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
                 policy: Policy | str = Policy.DEFAULT, baseline: Baseline | str | None = None,
                 time_limit_s: float = 10.0, workers: int = 2,
-                progress: Progress | None = None) -> MaterializationPlan:
+                progress: Progress | None = None,
+                bounds: Mapping[str, tuple[int, int]] | None = None) -> MaterializationPlan:
     """Plan every live edge of ``kernel`` on ``target``; see the module docstring.
 
     ``time_limit_s`` bounds the CP-SAT search (building the model and the proofs come on
     top); ``workers`` is CP-SAT's number of search workers; ``progress(best, bound,
-    seconds)`` is called on every improving solution.
+    seconds)`` is called on every improving solution; ``bounds`` declares inclusive
+    ranges of symbols the proofs range over where no binding fixes them.
     """
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
     problem = build_problem(kernel, target, bindings, policy)
-    proofs = run_proofs(kernel, target, bindings, time_limit_s)
+    proofs = run_proofs(kernel, target, bindings, time_limit_s, bounds)
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
-    digest = content_hash(kernel, target, bindings, policy, base)
+    digest = content_hash(kernel, target, bindings, policy, base, bounds)
     header = _Header(problem, policy, base, proofs, digest)
     # Capacity is the CP-SAT model's own business (it trades versions and placement and
     # explains the binding group); any other refuted proof makes every plan illegal.
@@ -132,17 +139,12 @@ def _enum(cls: type[E], value: object, what: str) -> E:
 
 
 def run_proofs(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
-               time_limit_s: float) -> tuple[ProofSummary, ...]:
+               time_limit_s: float, symbol_bounds: Mapping[str, tuple[int, int]] | None = None
+               ) -> tuple[ProofSummary, ...]:
     """The z3 proofs of :mod:`planner.prove`, summarized for the plan."""
     budget = int(max(200, min(5000, time_limit_s * 250)))
-    try:
-        report = prove_kernel(kernel, target, bindings=dict(bindings or {}),
-                                     time_limit_ms=budget)
-    except PlannerError:
-        raise
-    except Exception as exc:  # a prover bug must not hide the plan: report it instead
-        return (ProofSummary("proofs", "unknown", f"prover failed: {type(exc).__name__}: "
-                                                  f"{exc}"),)
+    report = prove_kernel(kernel, target, bindings=dict(bindings or {}),
+                          symbol_bounds=symbol_bounds, time_limit_ms=budget)
     return tuple(ProofSummary(r.name, str(r.status), f"{r.subject}: {r.detail}")
                  for r in report.results)
 

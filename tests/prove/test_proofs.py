@@ -315,10 +315,19 @@ def test_s14_view_addressing_overflows_with_huge_bound_extents(targets):
 
 
 def test_s14_unbound_view_extents_assume_the_storage_exists(targets):
+    """Default bounds (0 .. 2**31 - 1) allow an M x N f32 view too large to address: the
+    access holds only if the caller's storage exists, an assumption reported with z3's
+    witness (an element of the window at a byte offset beyond 2**63 - 1)."""
     report = prove_kernel(window(1), targets["x86-avx2"])
     views = results(report, "int64")
-    assert views and all(r.status == "proved" and "assuming the view's storage exists"
-                         in r.detail for r in views)
+    assert len(views) == 2
+    for r in views:
+        assert r.status == "assumed" and "assuming the view's storage exists" in r.detail
+        cex = r.counterexample
+        m, n = cex["M"], cex["N"]
+        assert 0 <= cex["x0"] < m <= 2**31 - 1 and 0 <= cex["x1"] < n <= 2**31 - 1
+        assert cex["byte_offset"] == (cex["x0"] * n + cex["x1"]) * 4 > INT64_MAX
+    assert [r.name for r in report.assumed] == ["int64", "int64"]
 
 
 def test_s14_view_addressing_fits_with_bindings_or_bounds(targets):
