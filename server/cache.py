@@ -2,9 +2,10 @@
 
 A key is the SHA-256 of the canonical JSON of what determines a plan: the submitted
 kernel (its JSON object with sorted keys, or its text), the target name and the
-catalog file's content hash, the bindings, the policy and the baseline.  Editing a
-catalog changes its hash, so stale entries can never be hit; PUT/DELETE also drop the
-target's entries at once (:meth:`PlanCache.drop_target`) to free the memory.
+catalog file's content hash, the bindings, the declared symbol bounds, the policy and
+the baseline.  Editing a catalog changes its hash, so stale entries can never be hit;
+PUT/DELETE also drop the target's entries at once (:meth:`PlanCache.drop_target`) to
+free the memory.
 
 Identical requests that arrive while the first is still solving wait for it instead
 of solving again (:meth:`PlanCache.get_or_compute`); they count as hits.
@@ -40,10 +41,12 @@ class PlanKey:
 
     @classmethod
     def of(cls, kernel: object, target: str, catalog_hash: str, bindings: Mapping[str, int],
-           policy: str, baseline: str | None) -> PlanKey:
+           policy: str, baseline: str | None,
+           bounds: Mapping[str, tuple[int, int]] | None = None) -> PlanKey:
         parts = {"kernel": content_hash(kernel), "target": target, "catalog": catalog_hash,
                  "bindings": dict(sorted(bindings.items())), "policy": policy,
-                 "baseline": baseline}
+                 "baseline": baseline,
+                 "bounds": {k: [lo, hi] for k, (lo, hi) in sorted((bounds or {}).items())}}
         return cls(target, content_hash(parts))
 
 

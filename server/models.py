@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from planner.catalog import DEFAULT_TARGET
 from planner.errors import Diagnostic, PlannerError
@@ -24,6 +24,44 @@ SymbolName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_lengt
 Bindings = Annotated[dict[SymbolName, Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(
     max_length=64, description="values of the kernel's size symbols",
     examples=[{"M": 256, "N": 256, "K": 128}])]
+#: The largest declared bound: a symbol's range must fit a signed 64-bit integer.
+MAX_BOUND = 2**63 - 1
+
+
+def _check_bounds(value: Any) -> Any:
+    """Every ``bounds`` entry is ``[lo, hi]``, two integers with ``0 <= lo <= hi <=
+    2**63 - 1``; one ValueError names each bad symbol and its numbers.  Anything that is
+    not a JSON object is left to pydantic's own error."""
+    if not isinstance(value, dict):
+        return value
+    problems = []
+    for name, pair in value.items():
+        if not (isinstance(pair, list | tuple) and len(pair) == 2
+                and all(type(x) is int for x in pair)):
+            shown = repr(pair) if len(repr(pair)) <= 60 else repr(pair)[:57] + "..."
+            problems.append(f"{name}: expected [LO, HI], two integers, got {shown}")
+            continue
+        lo, hi = pair
+        if lo < 0:
+            problems.append(f"{name} = [{lo}, {hi}]: the lower end {lo} is negative (symbols "
+                            "are extents and offsets)")
+        elif hi > MAX_BOUND:
+            problems.append(f"{name} = [{lo}, {hi}]: the upper end {hi} exceeds 2**63 - 1 = "
+                            f"{MAX_BOUND}")
+        elif lo > hi:
+            problems.append(f"{name} = [{lo}, {hi}]: the range is empty ({lo} > {hi})")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return value
+
+
+BoundEnd = Annotated[int, Strict(), Field(ge=0, le=MAX_BOUND)]
+Bounds = Annotated[dict[SymbolName, tuple[BoundEnd, BoundEnd]], BeforeValidator(_check_bounds),
+                   Field(max_length=64, description="declared inclusive ranges [lo, hi] of the "
+                         "kernel's size symbols (0 <= lo <= hi <= 2**63 - 1): the proofs range "
+                         "over them where no binding fixes the symbol (default [0, 2**31 - 1]; "
+                         "the CLI's --bound NAME=LO..HI)",
+                         examples=[{"M": [1, 65536], "N": [1, 4096]}])]
 KernelText = Annotated[str, Field(min_length=1, description="the generic text IR of one kernel")]
 KernelInput = Annotated[dict[str, Any] | KernelText, Field(
     description="the kernel: a JSON IR object (schema: GET /v1/schemas/kernel) or a "
@@ -42,6 +80,7 @@ class PlanRequest(_Body):
     kernel: KernelInput
     target: TargetName = DEFAULT_TARGET
     bindings: Bindings = {}
+    bounds: Bounds = {}
     policy: Policy = Policy.DEFAULT
     baseline: Baseline | None = Field(None, description="plan with a fixed baseline strategy")
     time_limit: TimeLimit = None
@@ -63,6 +102,7 @@ class CheckRequest(_Body):
     kernel: KernelInput
     target: TargetName = DEFAULT_TARGET
     bindings: Bindings = {}
+    bounds: Bounds = {}
     time_limit: TimeLimit = Field(None, description="z3 time limit per proof obligation, "
                                   "in seconds (default 2, capped by the server)")
 
@@ -86,6 +126,7 @@ class CompareRequest(_Body):
 
     kernel: KernelInput
     bindings: Bindings = {}
+    bounds: Bounds = {}
     variants: Annotated[list[CompareVariant], Field(min_length=2, max_length=64)]
     time_limit: TimeLimit = None
 
@@ -156,7 +197,9 @@ class ProofResult(BaseModel):
 
     name: str = Field(description="can_access, factorization, int64, capacity, ...")
     subject: str
-    status: str = Field(description="proved, refuted (with a counterexample) or unknown")
+    status: str = Field(description="proved, refuted (with a counterexample), assumed "
+                        "(holds under the assumption the detail states; declared bounds may "
+                        "prove it) or unknown")
     detail: str = ""
     counterexample: dict[str, int] | None = None
     rule: str = ""
@@ -167,7 +210,8 @@ class ProofResult(BaseModel):
 class CheckResponse(BaseModel):
     kernel: str
     target: str
-    ok: bool = Field(description="the verifier passed and no proof was refuted or unknown")
+    ok: bool = Field(description="the verifier passed and every proof was proved (none "
+                     "refuted, assumed or unknown)")
     proofs: list[ProofResult]
     diagnostics: list[DiagnosticModel]
 

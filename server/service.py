@@ -20,7 +20,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -50,6 +50,7 @@ from server.settings import Settings
 
 T = TypeVar("T")
 KernelSource = dict[str, Any] | str
+SymbolBounds = Mapping[str, tuple[int, int]]
 Origin = Literal["builtin", "user", "extra"]
 
 REQUEST_FILE = "<request>"
@@ -72,14 +73,17 @@ class ApiError(Exception):
 # -- the work done in the pool ---------------------------------------------------------
 
 
-def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int]) -> Kernel:
+def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int],
+                  bounds: SymbolBounds | None = None) -> Kernel:
     """A verified kernel from its JSON IR object or text IR; never executes anything.
 
     Every endpoint that takes a kernel reads it here, and here it is verified under
     ``bindings`` with the call the CLI's load path makes
     (``planner.cli.common.kernel_and_bindings``): :func:`planner.ir.verify.verify`.
     A rejected kernel is a 422 with the verifier's rule and location before anything
-    plans, proves or lowers it.
+    plans, proves or lowers it.  Then every name in ``bounds`` (the request's declared
+    symbol ranges, already range-checked by :mod:`server.models`) must be one of the
+    kernel's symbols (:meth:`Kernel.symbols`), else 422 naming it and them.
 
     The readers bound ops and region depth; nesting they do not bound (parentheses in
     an expression) ends in a RecursionError, reported here as ``too-large``.
@@ -90,10 +94,24 @@ def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int
         else:
             kernel = kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
         verify(kernel, bindings)
-        return kernel
     except RecursionError:
         raise PlannerError(Diagnostic("the kernel is nested too deeply to read",
                                       SourceLoc(REQUEST_FILE, 0)), kind="too-large") from None
+    check_bound_names(kernel, bounds or {})
+    return kernel
+
+
+def check_bound_names(kernel: Kernel, bounds: SymbolBounds) -> None:
+    """422 (``validation``) when ``bounds`` names something that is not a kernel symbol."""
+    symbols = kernel.symbols()
+    unknown = [name for name in bounds if name not in symbols]
+    if unknown:
+        names = ", ".join(repr(n) for n in unknown)
+        known = ", ".join(symbols) if symbols else "none"
+        what = "is not a symbol" if len(unknown) == 1 else "are not symbols"
+        raise PlannerError(Diagnostic(
+            f"bounds: {names} {what} of kernel {kernel.name!r} (its symbols: {known})",
+            SourceLoc(REQUEST_FILE, 0), rule="unknown-symbol"), kind="validation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +155,18 @@ class PlanJob:
     time_limit_s: float
     max_ops: int
     solver_workers: int
+    bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def run(self) -> Planned:
-        kernel = decode_kernel(self.kernel, self.max_ops, self.bindings)  # verified
+        kernel = decode_kernel(self.kernel, self.max_ops, self.bindings, self.bounds)  # verified
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
-                           time_limit_s=self.time_limit_s, workers=self.solver_workers)
+                           time_limit_s=self.time_limit_s, workers=self.solver_workers,
+                           bounds=self.bounds or None)
         refuted: tuple[Diagnostic, ...] = ()
         if any(p.status == "refuted" for p in plan.proofs):  # re-prove for the locations
-            report = prove_kernel(kernel, self.target, self.bindings or None)
+            report = prove_kernel(kernel, self.target, self.bindings or None,
+                                  symbol_bounds=self.bounds or None)
             refuted = tuple(r.diagnostic() for r in report.refuted) or tuple(
                 Diagnostic(f"{p.name} refuted: {p.detail}") for p in plan.proofs
                 if p.status == "refuted")
@@ -153,10 +174,13 @@ class PlanJob:
 
 
 def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
-              max_ops: int, time_limit_s: float) -> dict[str, Any]:
-    """Verifier, then the target's proofs; a verifier error raises (422)."""
-    kernel = decode_kernel(source, max_ops, bindings)
+              max_ops: int, time_limit_s: float,
+              bounds: SymbolBounds | None = None) -> dict[str, Any]:
+    """Verifier, then the target's proofs over ``bounds`` where no binding fixes a
+    symbol; a verifier error or an unknown bound name raises (422)."""
+    kernel = decode_kernel(source, max_ops, bindings, bounds)
     report = prove_kernel(kernel, target, bindings or None,
+                          symbol_bounds=dict(bounds) if bounds else None,
                           time_limit_ms=max(1, int(time_limit_s * 1000)))
     return {"kernel": kernel.name, "target": target.name, "ok": report.ok,
             "proofs": [r.to_json() for r in report.results],
@@ -164,10 +188,11 @@ def check_job(source: KernelSource, target: Target, bindings: dict[str, int],
 
 
 def lower_job(source: KernelSource, plan: MaterializationPlan, target: Target, emit: str,
-              max_ops: int, bindings: Mapping[str, int]) -> str:
+              max_ops: int, bindings: Mapping[str, int],
+              bounds: SymbolBounds | None = None) -> str:
     """The code form ``emit`` of ``plan``, from the target's backend in the registry."""
-    return backend_for(target).emit(decode_kernel(source, max_ops, bindings), plan, target,
-                                    emit)
+    return backend_for(target).emit(decode_kernel(source, max_ops, bindings, bounds), plan,
+                                    target, emit)
 
 
 def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, Any]:
@@ -404,15 +429,19 @@ class Service:
             self.in_flight -= 1
 
     async def plan(self, kernel: KernelSource, target_name: str, bindings: dict[str, int],
-                   policy: Policy, baseline: Baseline | None, time_limit: float | None
-                   ) -> tuple[Planned, bool]:
-        """The plan (from the cache when an identical request was solved) and ``hit``."""
+                   policy: Policy, baseline: Baseline | None, time_limit: float | None,
+                   bounds: SymbolBounds | None = None) -> tuple[Planned, bool]:
+        """The plan (from the cache when an identical request was solved) and ``hit``.
+
+        ``bounds`` (declared symbol ranges) decide proofs, so they are part of the key.
+        """
         target = await asyncio.to_thread(self.catalogs.target, target_name)
+        bounds = dict(bounds or {})
         key = PlanKey.of(kernel, target_name, target.content_hash, bindings, policy.value,
-                         baseline.value if baseline else None)
+                         baseline.value if baseline else None, bounds)
         job = PlanJob(kernel, target, dict(bindings), policy, baseline,
                       self.settings.time_limit(time_limit), self.settings.max_graph_ops,
-                      self.settings.solver_workers)
+                      self.settings.solver_workers, bounds)
         # Plans cut short by the time limit are not kept: a later request may do better.
         return await self.cache.get_or_compute(key, lambda: self.run(job.run),
                                                keep=lambda p: p.plan.status != Status.FEASIBLE)

@@ -47,7 +47,7 @@ async def plan(body: PlanRequest, service: ServiceDep) -> Response:
     """Plan one kernel on one target; identical requests are answered from the cache."""
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
-                                      body.baseline, body.time_limit)
+                                      body.baseline, body.time_limit, body.bounds)
     service.metrics.observe_plan("plan", "hit" if hit else "miss", time.perf_counter() - start)
     planned.raise_if_unusable()
     return JSONResponse(planned.json, headers={"X-Plan-Cache": "hit" if hit else "miss"})
@@ -65,7 +65,7 @@ async def compare(body: CompareRequest, service: ServiceDep) -> Response:
     start = time.perf_counter()
     results = await asyncio.gather(*(
         service.plan(body.kernel, v.target, body.bindings, v.policy, v.baseline,
-                     body.time_limit) for v in body.variants))
+                     body.time_limit, body.bounds) for v in body.variants))
     labelled = [(v.default_label(), planned.plan)
                 for v, (planned, _) in zip(body.variants, results, strict=True)]
     comparison: dict[str, Any] = await service.run(compare_job, labelled)
@@ -80,7 +80,7 @@ async def check(body: CheckRequest, service: ServiceDep) -> CheckResponse:
     target = await asyncio.to_thread(service.catalogs.target, body.target)
     time_limit = min(body.time_limit or 2.0, service.settings.max_time_limit_s)
     report = await service.run(check_job, body.kernel, target, dict(body.bindings),
-                               service.settings.max_graph_ops, time_limit)
+                               service.settings.max_graph_ops, time_limit, dict(body.bounds))
     return CheckResponse.model_validate(report)
 
 
@@ -90,10 +90,11 @@ async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
     check_emitter(body.emit, await asyncio.to_thread(service.catalogs.target, body.target))
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
-                                      body.baseline, body.time_limit)
+                                      body.baseline, body.time_limit, body.bounds)
     planned.raise_if_unusable()
     code = await service.run(lower_job, body.kernel, planned.plan, planned.target, body.emit,
-                             service.settings.max_graph_ops, dict(body.bindings))
+                             service.settings.max_graph_ops, dict(body.bindings),
+                             dict(body.bounds))
     service.metrics.observe_plan("lower", "hit" if hit else "miss", time.perf_counter() - start)
     return LowerResponse(kernel=planned.plan.kernel, target=body.target, emit=body.emit,
                          code=code, plan=planned.json)
