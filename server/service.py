@@ -78,7 +78,8 @@ def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int
     """A verified kernel from its JSON IR object or text IR; never executes anything.
 
     Every endpoint that takes a kernel reads it here, and here it is verified under
-    ``bindings`` with the call the CLI's load path makes
+    ``bindings`` and the declared ``bounds`` (S10's zero-trip loops are decided over the
+    bounds, never the bindings) with the call the CLI's load path makes
     (``planner.cli.common.kernel_and_bindings``): :func:`planner.ir.verify.verify`.
     A rejected kernel is a 422 with the verifier's rule and location before anything
     plans, proves or lowers it.  Then every name in ``bounds`` (the request's declared
@@ -93,7 +94,7 @@ def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int
             kernel = parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
         else:
             kernel = kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
-        verify(kernel, bindings)
+        verify(kernel, bindings, bounds)
     except RecursionError:
         raise PlannerError(Diagnostic("the kernel is nested too deeply to read",
                                       SourceLoc(REQUEST_FILE, 0)), kind="too-large") from None

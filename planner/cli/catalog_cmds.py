@@ -3,7 +3,8 @@
 A thin layer over :mod:`planner.catalog`: every command builds a
 :class:`~planner.catalog.CatalogRegistry` from ``--catalog-dir`` (repeatable) and
 ``PLANNER_CATALOG_PATH``, and raises :class:`~planner.errors.PlannerError` for the
-CLI's boundary to render.
+CLI's boundary to render.  ``list``, ``show`` and ``validate`` print JSON with
+``--json``; ``schema`` always does.
 """
 
 from __future__ import annotations
@@ -12,21 +13,17 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from planner.catalog import (
-    CatalogRegistry,
-    Operation,
-    Target,
-    catalog_json_schema,
-    format_byte_size,
-    load_target_file,
-)
-from planner.cli.common import add_catalog_dir_arg
+from planner.cli.common import add_catalog_dir_arg, add_json_arg, print_json
 from planner.errors import PlannerError
 
-# One letter per operation for the access table.
-_OP_LETTERS = {Operation.READ: "r", Operation.WRITE: "w", Operation.MMA_READ: "m",
-               Operation.MMA_WRITE: "M", Operation.ATOMIC: "a", Operation.COPY_ASYNC: "c"}
+if TYPE_CHECKING:  # planner.catalog (yaml, the loader) is imported when a command runs
+    from planner.catalog import CatalogRegistry, Target
+
+# One letter per operation (planner.catalog.Operation's values) for the access table.
+_OP_LETTERS = {"read": "r", "write": "w", "mma_read": "m", "mma_write": "M", "atomic": "a",
+               "copy_async": "c"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,49 +37,95 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         cmd.set_defaults(func=func)
         return cmd
 
-    command("list", "list known targets and the files they come from", _list)
-    command("show", "summarize a target: scopes, resources, access", _show).add_argument(
-        "name", help="a target name or a catalog file path")
-    command("validate", "check catalog files; report every mistake", _validate).add_argument(
-        "files", nargs="+", metavar="FILE", help="catalog files")
-    command("schema", "print the JSON Schema of catalog files", _schema)
+    add_json_arg(command("list", "list known targets and the files they come from", _list),
+                 "the targets ({targets: [{name, file, overrides}]})")
+    show = command("show", "summarize a target: scopes, resources, access", _show)
+    show.add_argument("name", help="a target name or a catalog file path")
+    add_json_arg(show, "the target ({name, description, source, content_hash, backend, "
+                 "content: the catalog document})")
+    validate = command("validate", "check catalog files; report every mistake", _validate)
+    validate.add_argument("files", nargs="+", metavar="FILE", help="catalog files")
+    add_json_arg(validate, "one verdict per file ({files: [{file, ok, target, errors}]})")
+    command("schema", "print the JSON Schema of catalog files (always JSON)", _schema)
 
 
 def _registry(args: argparse.Namespace) -> CatalogRegistry:
+    from planner.catalog import CatalogRegistry
+
     return CatalogRegistry.from_environment(args.catalog_dir)
 
 
 def _list(args: argparse.Namespace) -> int:
+    entries = _registry(args).list()
+    if args.json:
+        print_json({"targets": [{"name": e.name, "file": str(e.path),
+                                 "overrides": str(e.overrides) if e.overrides else None}
+                                for e in entries]})
+        return 0
     rows = [(e.name, str(e.path), f"overrides {e.overrides}" if e.overrides else "")
-            for e in _registry(args).list()]
+            for e in entries]
     print(_table(("target", "file", ""), rows))
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
+    from planner.catalog import load_target_file
+
     name = args.name
     is_path = name.endswith((".yaml", ".yml")) or os.sep in name
     target = load_target_file(Path(name)) if is_path else _registry(args).get(name)
-    print(render_target(target))
+    if args.json:
+        print_json(target_to_json(target))
+    else:
+        print(render_target(target))
     return 0
 
 
+def target_to_json(target: Target) -> dict[str, object]:
+    """What ``catalog show --json`` prints: the summary fields and the catalog document
+    as its YAML loads (as ``GET /v1/catalogs/NAME`` answers it)."""
+    import yaml
+
+    from planner.catalog.loader import read_catalog_text
+
+    source = Path(str(target.source))
+    content = (json.loads(json.dumps(yaml.safe_load(read_catalog_text(source)), default=str))
+               if source.is_file() else None)
+    return {"name": target.name, "description": target.description,
+            "source": str(target.source), "content_hash": target.content_hash,
+            "backend": target.backend.value if target.backend else None,
+            "default_parallel_scope": target.default_parallel_scope,
+            "scopes": [s.name for s in target.scopes],
+            "resources": [r.name for r in target.resources], "content": content}
+
+
 def _validate(args: argparse.Namespace) -> int:
+    from planner.catalog import load_target_file
+
     failures: list[PlannerError] = []
+    verdicts: list[dict[str, object]] = []
     for file in args.files:
         try:
             target = load_target_file(Path(file))
         except PlannerError as exc:
             failures.append(exc)
+            verdicts.append({"file": file, "ok": False, "target": None,
+                             "errors": [d.to_json() for d in exc.diagnostics]})
             continue
-        print(f"ok  {file}  ({target.name}: {len(target.scopes)} scopes, "
-              f"{len(target.resources)} resources, {len(target.access)} access entries)")
+        verdicts.append({"file": file, "ok": True, "target": target.name, "errors": []})
+        if not args.json:
+            print(f"ok  {file}  ({target.name}: {len(target.scopes)} scopes, "
+                  f"{len(target.resources)} resources, {len(target.access)} access entries)")
+    if args.json:
+        print_json({"ok": not failures, "files": verdicts})
     if failures:
         raise PlannerError([d for exc in failures for d in exc.diagnostics], kind="catalog")
     return 0
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from planner.catalog import catalog_json_schema
+
     print(json.dumps(catalog_json_schema(), indent=2))
     return 0
 
@@ -91,6 +134,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 def render_target(target: Target) -> str:
     """A readable summary: header, scope tree, resources, access table, costs."""
+    from planner.catalog import Operation, format_byte_size
+
     backend = target.backend.value if target.backend else "none (planning only)"
     lines = [f"{target.name}: {target.description}",
              f"source   {target.source}  (sha256 {target.content_hash[:12]})",
@@ -104,7 +149,7 @@ def render_target(target: Target) -> str:
           str(r.alignment), r.coherence.value, "yes" if r.slicing else "no",
           ", ".join(op.value for op in Operation if op in r.operations))
          for r in target.resources]))]
-    legend = ", ".join(f"{letter}={op.value}" for op, letter in _OP_LETTERS.items())
+    legend = ", ".join(f"{letter}={op}" for op, letter in _OP_LETTERS.items())
     lines += ["", f"access  ({legend})", _indent(_table(
         ("scope", *(r.name for r in target.resources)),
         [(s.name, *(_access_cell(target, s.name, r.name) for r in target.resources))
@@ -132,8 +177,10 @@ def _scope_tree(target: Target, name: str, prefix: str, branch: str) -> list[str
 
 
 def _access_cell(target: Target, scope: str, resource: str) -> str:
+    from planner.catalog import Operation
+
     cell = "".join(letter for op, letter in _OP_LETTERS.items()
-                   if target.can_access(scope, resource, op))
+                   if target.can_access(scope, resource, Operation(op)))
     return cell or "-"
 
 

@@ -1,10 +1,16 @@
 """``planner plan`` and ``planner compare``: a thin layer over :mod:`planner.solve`.
 
 ``plan`` prints the plan as a table (``--json`` for the JSON form, ``--dot FILE`` to
-also write Graphviz).  ``compare`` plans one kernel several ways — two ``--target``s,
-two ``--policy``s, or the optimal plan against ``--baseline``s — or reads saved plans
-(``--plans A.json B.json``), and prints them side by side.  A long solve reports its
-best objective and bound on stderr while it runs, when stderr is a terminal.
+also write Graphviz, ``--dot -`` to print the Graphviz instead of the table).
+``compare`` plans one kernel several ways — two ``--target``s, two ``--policy``s, or
+the optimal plan against ``--baseline``s — or reads saved plans (``--plans A.json
+B.json``), and prints them side by side.  A long solve reports its best objective and
+bound on stderr while it runs, when stderr is a terminal.
+
+An infeasible plan is printed (with its explanation) and then ends the command with
+status 1; in ``compare`` only an infeasible optimum does (an infeasible baseline is a
+result).  The solver and the catalogs are imported when a command runs, not when the
+parser is built.
 """
 
 from __future__ import annotations
@@ -15,25 +21,28 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.catalog import DEFAULT_TARGET, CatalogRegistry
 from planner.cli.common import (
+    DEFAULT_TARGET,
     add_bind_arg,
     add_catalog_dir_arg,
     add_kernel_arg,
+    check_output_path,
+    infeasible_error,
     kernel_and_bindings,
+    positive_float,
+    positive_int,
+    print_json,
     symbol_bounds,
+    write_output,
 )
 from planner.errors import Diagnostic, PlannerError, SourceLoc
-from planner.solve import (
+from planner.plan import (
     Baseline,
     MaterializationPlan,
     Policy,
-    compare_plans,
-    comparison_to_json,
-    format_comparison,
+    Status,
     format_plan_table,
     plan_from_json,
-    plan_kernel,
     plan_to_dot,
     plan_to_json,
 )
@@ -50,8 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", choices=[b.value for b in Baseline],
                    help="plan a fixed strategy instead of the optimum")
     _common(p)
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--dot", type=Path, metavar="FILE", help="also write a Graphviz file")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan as JSON (the form 'lower/run --plan' and "
+                   "'compare --plans' read) instead of the table")
+    p.add_argument("--dot", type=Path, metavar="FILE",
+                   help="also write the plan as Graphviz to FILE ('-': print it on stdout "
+                   "instead of the table)")
     p.set_defaults(func=cmd_plan)
 
     c = subparsers.add_parser("compare", help="compare plans side by side",
@@ -67,15 +80,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--plans", nargs="+", type=Path, metavar="PLAN.json",
                    help="compare plans saved with 'planner plan --json'")
     _common(c)
-    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.add_argument("--json", action="store_true",
+                   help="print the comparison as JSON instead of the side-by-side table")
     c.set_defaults(func=cmd_compare)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_bind_arg(p)
-    p.add_argument("--time-limit", type=float, default=10.0, metavar="S",
-                   help="CP-SAT time limit in seconds (default 10)")
-    p.add_argument("--workers", type=int, default=2, help="CP-SAT search workers (default 2)")
+    p.add_argument("--time-limit", type=positive_float, default=10.0, metavar="S",
+                   help="CP-SAT time limit in seconds, > 0 (default 10)")
+    p.add_argument("--workers", type=positive_int, default=2, metavar="N",
+                   help="CP-SAT search workers, >= 1 (default 2)")
     add_catalog_dir_arg(p)
 
 
@@ -92,6 +107,9 @@ def _progress() -> Callable[[int, int, float], None] | None:
 
 def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | None
           ) -> MaterializationPlan:
+    from planner.catalog import CatalogRegistry
+    from planner.solve import plan_kernel
+
     loaded, bindings = kernel_and_bindings(args)
     registry = CatalogRegistry.from_environment(args.catalog_dir)
     progress = _progress()
@@ -106,13 +124,21 @@ def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | No
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    dot_to_stdout = args.dot is not None and str(args.dot) == "-"
+    if dot_to_stdout and args.json:
+        raise PlannerError(Diagnostic("--dot - and --json both print on stdout: give --dot "
+                                      "a file name"), kind="usage")
+    if args.dot is not None:
+        check_output_path(args.dot, "--dot")  # before the solve, not after it
     plan = _plan(args, args.target, args.policy, args.baseline)
-    if args.dot:
-        args.dot.write_text(plan_to_dot(plan))
+    if args.dot is not None:
+        write_output(args.dot, plan_to_dot(plan), "--dot")
     if args.json:
-        print(json.dumps(plan_to_json(plan), indent=2))
-    else:
+        print_json(plan_to_json(plan))
+    elif not dot_to_stdout:
         print(format_plan_table(plan))
+    if plan.status is Status.INFEASIBLE:
+        raise infeasible_error(plan, shown=not args.json and not dot_to_stdout)
     return 0
 
 
@@ -159,9 +185,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise PlannerError(Diagnostic("compare needs a kernel or --plans"), kind="usage")
     else:
         plans = [(label, _plan(args, t, pol, b)) for label, t, pol, b in _variants(args)]
+    from planner.solve import compare_plans, comparison_to_json, format_comparison
+
     comparison = compare_plans(plans)
     if args.json:
-        print(json.dumps(comparison_to_json(comparison), indent=2))
+        print_json(comparison_to_json(comparison))
     else:
         print(format_comparison(comparison))
+    infeasible = [(label, plan) for label, plan in plans
+                  if plan.baseline is None and plan.status is Status.INFEASIBLE]
+    if infeasible:  # an optimum that does not exist; an infeasible baseline is a result
+        raise PlannerError([d for label, plan in infeasible
+                            for d in infeasible_error(plan, prefix=f"{label}: ").diagnostics],
+                           kind="infeasible")
     return 0

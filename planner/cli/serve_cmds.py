@@ -14,8 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planner.catalog import env_catalog_dirs
-from planner.cli.common import add_catalog_dir_arg
+from planner.cli.common import (
+    add_catalog_dir_arg,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from planner.errors import error
 
 if TYPE_CHECKING:
@@ -28,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "/v1/catalogs over HTTP (OpenAPI at /docs); built-in catalogs by "
                        "default.")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="TCP port, 0..65535 (0: any free port; default 8000)")
     add_catalog_dir_arg(p)
     p.add_argument("--writable-catalog-dir", type=Path, metavar="DIR",
                    help="where PUT/DELETE /v1/catalogs write (default: the first "
@@ -36,14 +41,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token-env", default="PLANNER_TOKEN", metavar="VAR",
                    help="environment variable holding the bearer token for catalog writes "
                    "(default PLANNER_TOKEN; unset: writes disabled)")
-    p.add_argument("--workers", type=int, default=2,
-                   help="worker threads that parse, solve and lower (default 2)")
-    p.add_argument("--cache-size", type=int, default=256, help="plans kept in the LRU cache")
-    p.add_argument("--max-time-limit", type=float, default=60.0, metavar="SECONDS",
-                   help="cap on a request's solver time limit (default 60)")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
-                   help="largest request body (default 1 MiB)")
-    p.add_argument("--max-graph-ops", type=int, default=5000, help="largest kernel, in ops")
+    p.add_argument("--workers", type=positive_int, default=2, metavar="N",
+                   help="worker threads that parse, solve and lower, 1..256 (default 2)")
+    p.add_argument("--cache-size", type=non_negative_int, default=256, metavar="N",
+                   help="plans kept in the LRU cache, >= 0 (default 256)")
+    p.add_argument("--max-time-limit", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="cap on a request's solver time limit, > 0 (default 60)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, metavar="N",
+                   help="largest request body, >= 1 (default 1 MiB)")
+    p.add_argument("--max-graph-ops", type=positive_int, default=5000, metavar="N",
+                   help="largest kernel, in ops, >= 1 (default 5000)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -51,6 +58,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     """The :class:`server.Settings` the flags describe (``environ`` supplies the token)."""
     from pydantic import ValidationError
 
+    from planner.catalog import env_catalog_dirs
     from server.settings import Settings
 
     extra = [*args.catalog_dir, *env_catalog_dirs(environ)]

@@ -91,15 +91,7 @@ class Expr:
             return int(env[self.name])
         assert isinstance(self, Apply)
         if self.op is ExprOp.MUL:  # known zero factor first (S14)
-            if any(isinstance(a, Const) and a.value == 0 for a in self.args):
-                return 0
-            out = 1
-            for a in self.args:
-                v = a.evaluate(env)
-                if v == 0:
-                    return 0
-                out *= v
-            return out
+            return product_value(self.args, lambda a: a.evaluate(env))
         if self.op is ExprOp.ADD:
             return sum(a.evaluate(env) for a in self.args)
         x, y = self.args
@@ -110,6 +102,8 @@ class Expr:
         if isinstance(self, Sym):
             return as_expr(env[self.name]) if self.name in env else self
         if isinstance(self, Apply):
+            if self.op is ExprOp.MUL:  # a zero factor wins before the others fold (S14)
+                return _substitute_product(self.args, env)
             return _make(self.op, [a.substitute(env) for a in self.args])
         return self
 
@@ -178,6 +172,54 @@ def _divisor(op: ExprOp, b: int) -> int:
     if b == 0:
         raise ZeroDivisionError(f"{op.value} by zero in an index expression")
     return b
+
+
+def product_value(factors: tuple[Expr, ...] | list[Expr], value: Callable[[Expr], int]) -> int:
+    """The product of ``value(f)`` over ``factors``, a known zero factor first (S14).
+
+    Constant and symbol factors are looked at before compound ones, and a factor that
+    cannot be evaluated (a zero divisor, an unbound symbol) is set aside while the
+    others are: a zero factor makes the product 0 without it (its arithmetic is never
+    needed).  Only when no factor is zero is the first failure raised.
+    """
+    if any(isinstance(f, Const) and f.value == 0 for f in factors):
+        return 0
+    ordered = sorted(factors, key=lambda f: isinstance(f, Apply))
+    failure: Exception | None = None
+    out = 1
+    for f in ordered:
+        try:
+            v = value(f)
+        except (ZeroDivisionError, KeyError) as exc:
+            if failure is None:
+                failure = exc
+            continue
+        if v == 0:
+            return 0
+        out *= v
+    if failure is not None:
+        raise failure
+    return out
+
+
+def _substitute_product(factors: tuple[Expr, ...], env: Mapping[str, IntLike]) -> Expr:
+    """``mul`` of the substituted factors; a factor that becomes 0 makes the product 0
+    even when another one folds a division by zero (it is never needed, S14)."""
+    out: list[Expr] = []
+    failure: ZeroDivisionError | None = None
+    for f in factors:
+        try:
+            g = f.substitute(env)
+        except ZeroDivisionError as exc:
+            if failure is None:
+                failure = exc
+            continue
+        if g == Const(0):
+            return g
+        out.append(g)
+    if failure is not None:
+        raise failure
+    return mul(*out)
 
 
 BINARY_FOLD: dict[ExprOp, Callable[[int, int], int]] = {

@@ -78,8 +78,8 @@ from planner.errors import PlannerError, error
 from planner.ir import core
 from planner.ir.core import BinaryFn, Block, Kernel, LoopOp, Op, ReduceFn, UnaryFn, Value
 from planner.ir.dtypes import DType
-from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym
-from planner.ir.layout import Layout
+from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym, product_value
+from planner.ir.layout import Layout, division_by_zero_message
 from planner.ir.types import ViewType
 
 __all__ = [
@@ -232,14 +232,25 @@ def _compile(e: Expr) -> _Fn:
     if e.op is ExprOp.MUL:
         if any(isinstance(a, Const) and a.value == 0 for a in e.args):
             return lambda env: 0
+        by_arg = dict(zip(map(id, e.args), fns, strict=True))
+
+        def zero_first(env: _Env) -> int:
+            # a zero factor wins even when another cannot be evaluated (S14)
+            return product_value(e.args, lambda a: by_arg[id(a)](env))
+
+        if any(isinstance(a, Apply) for a in e.args):
+            return zero_first
 
         def mul(env: _Env) -> int:
             out = 1
-            for f in fns:
-                v = f(env)
-                if v == 0:
-                    return 0
-                out *= v
+            try:
+                for f in fns:
+                    v = f(env)
+                    if v == 0:
+                        return 0
+                    out *= v
+            except KeyError:  # an unbound symbol: still 0 if another factor is
+                return zero_first(env)
             return out
 
         return mul
@@ -741,12 +752,18 @@ _BINARY: dict[BinaryFn, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 def _evaluate_layout(layout: Layout, env: Mapping[str, int], op: Op) -> _Mapping:
     """Storage size and offsets of ``layout``; checks bounds and injectivity (S13)."""
+    bad = layout.undefined_terms(env)
+    if bad:
+        kind, _, e = bad[0]
+        subject = (f"memory %{_name(op).lstrip('%')}" if isinstance(op, core.AllocOp)
+                   else "the memory")
+        raise _fail(op, division_by_zero_message(kind, e, subject, env), "S14")
     shp = tuple(e.evaluate(env) for e in layout.shape)
     if any(n < 0 for n in shp):
         raise _fail(op, f"negative extent in layout shape {list(shp)}")
-    size = layout.storage_elements(env)
     if 0 in shp:
-        return _Mapping(size, shp, None)  # no address events (S14)
+        return _Mapping(0, shp, None)  # no address events: strides unevaluated (S14)
+    size = layout.storage_elements(env)
     offsets = layout.offsets(env)
     lo, hi = int(offsets.min()), int(offsets.max())
     if lo < 0 or hi >= size:

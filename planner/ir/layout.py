@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.ir.expr import Const, Expr, IntLike, add, as_expr, mul, product
+from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
+from planner.ir.expr import Apply, Const, Expr, ExprOp, IntLike, add, as_expr, emin, mul, product
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,28 +113,105 @@ class Layout:
         return add(*(mul(i, s) for i, s in zip(index, self.strides, strict=True)))
 
     def span(self) -> Expr:
-        """Storage elements covered: ``1 + sum((extent - 1) * stride)``; 0 if empty (S14)."""
+        """Storage elements covered: ``1 + sum((extent - 1) * stride)``; 0 if empty (S14).
+
+        When a stride divides and an extent is symbolic, the sum is multiplied by the
+        guard ``min(e, 1)`` of each symbolic extent (1 on a non-empty domain, 0 on an
+        empty one): evaluating the span at bindings that empty the domain meets that
+        known zero factor first, so a stride such as ``ceildiv(64, N)`` at ``N = 0`` is
+        never evaluated.
+        """
         n = self.num_elements()
         if n == Const(0):
             return Const(0)
-        return add(1, *(mul(add(e, -1), s) for e, s in zip(self.shape, self.strides,
+        body = add(1, *(mul(add(e, -1), s) for e, s in zip(self.shape, self.strides,
                                                             strict=True)))
+        if not any(_divides(s) for s in self.strides):
+            return body
+        guard = [emin(e, 1) for e in self.shape if not isinstance(e, Const)]
+        return mul(*guard, body) if guard else body
+
+    def is_empty(self, env: Mapping[str, int]) -> bool:
+        """Whether the logical domain has no elements under ``env`` (S14).
+
+        Known zero extents are recognized first; then every extent that can be
+        evaluated is: one that is 0 (or negative) makes the domain empty even when
+        another extent cannot be evaluated (an unbound symbol, a zero divisor).
+        Strides are never looked at.
+        """
+        if any(e == Const(0) for e in self.shape):
+            return True
+        for e in self.shape:
+            try:
+                v = e.evaluate(env)
+            except (KeyError, ZeroDivisionError):
+                continue
+            if v <= 0:
+                return True
+        return False
+
+    def undefined_terms(self, env: Mapping[str, int]) -> list[tuple[str, int, Expr]]:
+        """The extents and strides that divide by zero under ``env``, as
+        ``("extent" | "stride", dim, expr)`` (S14).
+
+        Bound symbols are substituted (so a partly bound expression counts when the
+        division by a bound zero folds).  Strides of an empty domain are unreachable map
+        arithmetic and never looked at; an extent that divides by zero is reported
+        unless another extent makes the domain empty.
+        """
+        if self.is_empty(env):
+            return []
+        out: list[tuple[str, int, Expr]] = []
+        for kind, exprs in (("extent", self.shape), ("stride", self.strides)):
+            for i, e in enumerate(exprs):
+                try:
+                    e.substitute(env)
+                except ZeroDivisionError:
+                    out.append((kind, i, e))
+        return out
+
+    def require_defined(self, env: Mapping[str, int], subject: str | None = None,
+                        loc: SourceLoc = UNKNOWN_LOC) -> None:
+        """Raise the S14 :class:`PlannerError` listing every extent or stride of a
+        non-empty domain that divides by zero at ``env`` (see :meth:`undefined_terms`);
+        ``subject`` names the owner (default: the layout itself)."""
+        bad = self.undefined_terms(env)
+        if bad:
+            what = subject or str(self)
+            raise PlannerError([Diagnostic(division_by_zero_message(kind, e, what, env)
+                                           + ": the address map of a non-empty logical "
+                                           "domain must be defined", loc, "S14")
+                                for kind, _, e in bad], kind="invalid-ir")
 
     def storage_elements(self, env: Mapping[str, int]) -> int:
-        """Concrete storage size in elements, padding and swizzle blocks included."""
-        if self.num_elements().evaluate(env) == 0:
+        """Concrete storage size in elements, padding and swizzle blocks included.
+
+        An empty domain needs 0 elements, and its strides are never evaluated (S14):
+        a stride that divides by an extent of the empty domain is unreachable map
+        arithmetic.  On a non-empty domain a zero divisor raises the S14
+        :class:`PlannerError` of :meth:`require_defined`.
+        """
+        if self.is_empty(env):
             return 0
-        strides = [s.evaluate(env) for s in self.strides]
+        self.require_defined(env)
         extents = [e.evaluate(env) for e in self.shape]
+        strides = [s.evaluate(env) for s in self.strides]
         span = 1 + sum((e - 1) * abs(s) for e, s in zip(extents, strides, strict=True))
         for sw in self.swizzles:
             span = -(-span // sw.block) * sw.block
         return span
 
     def offsets(self, env: Mapping[str, int]) -> np.ndarray:
-        """Storage offset of every logical element, as an int64 array of the shape."""
-        return concrete_offsets([e.evaluate(env) for e in self.shape],
-                                [s.evaluate(env) for s in self.strides], self.swizzles)
+        """Storage offset of every logical element, as an int64 array of the shape.
+
+        An empty domain gives an empty array without evaluating a stride (S14).
+        """
+        self.require_defined(env)
+        extents = [e.evaluate(env) for e in self.shape]
+        if any(n <= 0 for n in extents):
+            return np.zeros([max(n, 0) for n in extents], dtype=np.int64)
+        return concrete_offsets(extents, [s.evaluate(env) for s in self.strides],
+                                self.swizzles)
 
     def injectivity_counterexample(self, env: Mapping[str, int]
                                    ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
@@ -152,6 +230,22 @@ class Layout:
         if self.planned:
             text += " planned"
         return f"layout<{text}>"
+
+
+def _divides(e: Expr) -> bool:
+    """Whether evaluating ``e`` divides (floordiv, mod or ceildiv anywhere in it)."""
+    if isinstance(e, Apply):
+        return e.op in (ExprOp.FLOORDIV, ExprOp.MOD, ExprOp.CEIL_DIV) or any(
+            _divides(a) for a in e.args)
+    return False
+
+
+def division_by_zero_message(kind: str, expr: Expr, subject: str,
+                             env: Mapping[str, int]) -> str:
+    """``division by zero evaluating stride 4 * ceildiv(N, N) of memory %m at N=0``."""
+    at = ", ".join(f"{k}={env[k]}" for k in sorted(expr.symbols()) if k in env)
+    return (f"division by zero evaluating {kind} {expr} of {subject}"
+            + (f" at {at}" if at else ""))
 
 
 def row_major_strides(shape: Sequence[IntLike]) -> tuple[Expr, ...]:

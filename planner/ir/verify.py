@@ -16,11 +16,19 @@ Verification order (each step assumes the previous ones passed for the op):
    state; a store to an ancestor's Memory inside a child ``parallel`` is rejected
    (an implementation gap, S16) while reads are fine.
 4. **Definite initialization** (S10) — a load must see a state that is stored on
-   every path, including the path where a loop runs zero times.
+   every path, including the path where a loop runs zero times.  A kernel is defined
+   over its symbols, so a store inside a loop counts only when every axis extent of
+   the loop is provably ``>= 1`` for *every* admissible value of the symbols: their
+   declared ``bounds`` (default ``0..2**31-1``), never the bindings of one run.  The
+   proof is interval arithmetic first, then z3 under a time limit; z3 giving up
+   counts as "not provable".
 5. **Allocations** (S5, S13, S14) — the resource constraint must be one the owner
    can have; whole-tile storage needs an injective layout; a known-empty
    allocation with surviving uses is rejected (unused ones are removed by
    :func:`remove_unused_empty_allocs`); byte addressing must fit signed 64 bits.
+   An empty domain's strides are never evaluated (no address events), while an
+   extent or stride of a non-empty domain that divides by zero at the bindings is
+   an S14 error naming the memory, the expression and the symbol values.
 
 All findings are collected, then raised together as one :class:`PlannerError`.
 Target-dependent checks (can_access, factorization, capacity, symbolic proofs) live
@@ -36,25 +44,46 @@ from planner.errors import Diagnostic, PlannerError, SourceLoc
 from planner.ir import core
 from planner.ir.core import Block, Kernel, LoopOp, Op, ParallelOp, ResourceClass, Value
 from planner.ir.dtypes import DType
-from planner.ir.expr import Const, Expr
-from planner.ir.layout import Layout
+from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym
+from planner.ir.layout import Layout, division_by_zero_message
 from planner.ir.types import MemoryType, StateType, TileType, ViewType
 
 INT64_MAX = 2**63 - 1
 
 
-def verify(kernel: Kernel, bindings: Mapping[str, int] | None = None) -> None:
-    """Raise one PlannerError listing every violation; return quietly if valid."""
-    diags = collect_diagnostics(kernel, bindings)
+#: The range of a symbol that ``bounds`` does not name (as in ``planner.prove.z3_exprs``).
+DEFAULT_SYMBOL_BOUNDS: tuple[int, int] = (0, 2**31 - 1)
+#: z3's time limit for one zero-trip question; ``unknown`` counts as "may run zero times".
+ZERO_TRIP_TIME_LIMIT_MS = 2000
+
+
+def verify(kernel: Kernel, bindings: Mapping[str, int] | None = None,
+           bounds: Mapping[str, tuple[int, int]] | None = None) -> None:
+    """Raise one PlannerError listing every violation; return quietly if valid.
+
+    ``bounds`` declares inclusive ranges of the kernel's symbols; they alone decide
+    whether a loop may run zero times (S10), whatever ``bindings`` say.
+    """
+    diags = collect_diagnostics(kernel, bindings, bounds)
     if diags:
         raise PlannerError(diags, kind="invalid-ir")
 
 
-def collect_diagnostics(kernel: Kernel, bindings: Mapping[str, int] | None = None
+def collect_diagnostics(kernel: Kernel, bindings: Mapping[str, int] | None = None,
+                        bounds: Mapping[str, tuple[int, int]] | None = None
                         ) -> list[Diagnostic]:
-    v = _Verifier(kernel, dict(bindings or {}))
+    checked: dict[str, tuple[int, int]] = {}
+    diags: list[Diagnostic] = []
+    for name, rng in (bounds or {}).items():
+        lo, hi = (int(x) for x in rng)
+        if lo > hi:
+            diags.append(Diagnostic(f"declared bound {name} = {lo}..{hi} is empty: no value "
+                                    "of the symbol is admissible", kernel.loc, ""))
+        else:
+            checked[name] = (lo, hi)
+    v = _Verifier(kernel, dict(bindings or {}), checked)
     v.run()
-    return v.diags
+    return diags + v.diags
 
 
 def value_name(v: Value) -> str:
@@ -75,9 +104,11 @@ class _Scope:
 
 
 class _Verifier:
-    def __init__(self, kernel: Kernel, bindings: dict[str, int]) -> None:
+    def __init__(self, kernel: Kernel, bindings: dict[str, int],
+                 bounds: dict[str, tuple[int, int]] | None = None) -> None:
         self.kernel = kernel
         self.bindings = bindings
+        self.bounds = dict(bounds or {})  # decides zero-trip loops (S10); never bindings
         self.diags: list[Diagnostic] = []
         self.state_memory: dict[int, Value] = {}  # state value id -> memory value
         self.initialized: dict[int, bool] = {}
@@ -125,7 +156,12 @@ class _Verifier:
         for i, e in enumerate(vt.shape):
             if not e.symbols() <= set(env):
                 continue
-            v = e.evaluate(env)
+            try:
+                v = e.evaluate(env)
+            except ZeroDivisionError:
+                self.err(None, "S14", division_by_zero_message(
+                    f"dim {i} extent", e, f"view {value_name(p)}", env))
+                continue
             values.append(v)
             if v < 0:
                 self.err(None, "S14", f"view {value_name(p)} dim {i} has extent {e} = {v} < 0")
@@ -338,7 +374,13 @@ class _Verifier:
                 self.err(op, "S9", f"{self.mem_name(self.state_memory[id(state)])} is stored "
                          f"inside loop {op.label!r} but its state is not carried out of it")
         out = dict(current)
-        may_skip = _may_run_zero_times(op, self.bindings)
+        skip_reason: list[str | None] = []  # computed once, on the first carried store
+
+        def may_skip() -> str | None:
+            if not skip_reason:
+                skip_reason.append(_zero_trip_reason(op, self.bounds))
+            return skip_reason[0]
+
         for i, mem in carried_mems:
             y = term.values[i]
             if self.state_memory.get(id(y)) is not mem:
@@ -353,11 +395,11 @@ class _Verifier:
             self.state_memory[id(res)] = mem
             init_ok = self.initialized.get(id(op.inits[i]), True)
             body_ok = self.initialized.get(id(y), True)
-            self.initialized[id(res)] = init_ok or (body_ok and not may_skip)
+            reason = None if init_ok or not body_ok else may_skip()
+            self.initialized[id(res)] = init_ok or (body_ok and reason is None)
             if not self.initialized[id(res)]:
                 self.uninit_reason[id(res)] = (
-                    f"it is only stored inside loop {op.label!r}, which may run zero times "
-                    f"(extent {' * '.join(str(a.extent) for a in op.axes)})" if body_ok
+                    f"it is only stored inside loop {op.label!r}, {reason}" if body_ok
                     else self.uninit_reason.get(id(op.inits[i]), ""))
             out[id(mem)] = res
         return out
@@ -374,7 +416,7 @@ class _Verifier:
         if len(lay.shape) != len(lay.strides):
             return
         env = self.bindings
-        if not _known_empty(lay.shape, env):
+        if not _known_empty(lay.shape, env) and not self.undefined_layout(op, lay):
             zero_stride = [i for i, (e, s) in enumerate(zip(lay.shape, lay.strides, strict=True))
                            if s == Const(0) and _maybe_gt_one(e, env)]
             if zero_stride:
@@ -395,6 +437,16 @@ class _Verifier:
             self.err(op, "S14", f"{name} has an empty logical domain "
                      f"[{', '.join(map(str, lay.shape))}] but is still stored or loaded: "
                      "a zero-sized allocation cannot have surviving uses")
+
+    def undefined_layout(self, op: core.AllocOp, lay: Layout) -> bool:
+        """Report (S14) every extent or stride of a non-empty domain that divides by
+        zero at the bindings; True when there is one (the map cannot be checked)."""
+        bad = lay.undefined_terms(self.bindings)
+        for kind, _, e in bad:
+            self.err(op, "S14", division_by_zero_message(
+                kind, e, self.mem_name(op.memory), self.bindings)
+                + ": the address map of a non-empty logical domain must be defined")
+        return bool(bad)
 
 
 def _op_exprs(op: Op) -> list[Expr]:
@@ -428,28 +480,192 @@ def _enumerable(lay: Layout, env: Mapping[str, int]) -> bool:
 
 
 def _known_empty(shape: tuple[Expr, ...], env: Mapping[str, int]) -> bool:
+    """Some extent is 0 at the bindings: known zeros first, and an extent that cannot
+    be evaluated does not hide another one that is 0 (S14)."""
+    if any(e == Const(0) for e in shape):
+        return True
     for e in shape:
-        if e == Const(0):
-            return True
-        if e.symbols() <= set(env) and e.evaluate(env) == 0:
-            return True
+        if e.symbols() <= set(env):
+            try:
+                if e.evaluate(env) == 0:
+                    return True
+            except ZeroDivisionError:
+                continue
     return False
 
 
 def _maybe_gt_one(e: Expr, env: Mapping[str, int]) -> bool:
     if e.symbols() <= set(env):
-        return e.evaluate(env) > 1
+        try:
+            return e.evaluate(env) > 1
+        except ZeroDivisionError:
+            return True
     return True
 
 
-def _may_run_zero_times(op: LoopOp, env: Mapping[str, int]) -> bool:
+# --------------------------------------------------------------- zero-trip loops (S10)
+
+Interval = tuple[int, int]
+
+
+def _enclosing_indices(op: Op) -> dict[str, Expr]:
+    """Region index symbol -> its extent, for every region enclosing ``op`` (innermost wins)."""
+    out: dict[str, Expr] = {}
+    block = op.parent
+    while block is not None and block.parent is not None:
+        region = block.parent
+        if isinstance(region, (LoopOp, ParallelOp)):
+            for a in region.axes:
+                out.setdefault(a.index.name, a.extent)
+        block = region.parent
+    return out
+
+
+def _interval(e: Expr, bounds: Mapping[str, Interval], indices: Mapping[str, Expr],
+              seen: frozenset[str] = frozenset()) -> Interval | None:
+    """Sound inclusive range of ``e`` over the admissible symbol values; None if unknown.
+
+    Every symbol has a finite range (its declared bound, the default, or ``[0, extent)``
+    of its region), so the ranges are finite and exact Python integers.  A division
+    whose divisor range contains zero is unknown (left to z3).
+    """
+    if isinstance(e, Const):
+        return (e.value, e.value)
+    if isinstance(e, Sym):
+        if e.name in indices and e.name not in seen:
+            ext = _interval(indices[e.name], bounds, indices, seen | {e.name})
+            if ext is None:
+                return None
+            return (0, max(0, ext[1] - 1))
+        return bounds.get(e.name, DEFAULT_SYMBOL_BOUNDS)
+    assert isinstance(e, Apply)
+    args = []
+    for a in e.args:
+        r = _interval(a, bounds, indices, seen)
+        if r is None:
+            return None
+        args.append(r)
+    if e.op is ExprOp.ADD:
+        return (sum(r[0] for r in args), sum(r[1] for r in args))
+    if e.op is ExprOp.MUL:
+        lo, hi = args[0]
+        for a_lo, a_hi in args[1:]:
+            corners = (lo * a_lo, lo * a_hi, hi * a_lo, hi * a_hi)
+            lo, hi = min(corners), max(corners)
+        return (lo, hi)
+    (x_lo, x_hi), (y_lo, y_hi) = args
+    if e.op is ExprOp.MIN:
+        return (min(x_lo, y_lo), min(x_hi, y_hi))
+    if e.op is ExprOp.MAX:
+        return (max(x_lo, y_lo), max(x_hi, y_hi))
+    if y_lo <= 0 <= y_hi:
+        return None
+    if e.op is ExprOp.MOD:  # Python's sign: that of the divisor
+        if y_lo > 0:
+            return (0, min(x_hi, y_hi - 1)) if x_lo >= 0 else (0, y_hi - 1)
+        return (y_lo + 1, 0)
+    # floordiv / ceildiv are monotone in each operand on a box where the divisor keeps
+    # its sign, so their extremes lie at the corners.
+    fold = BINARY_FOLD[e.op]
+    values = [fold(x, y) for x in (x_lo, x_hi) for y in (y_lo, y_hi)]
+    return (min(values), max(values))
+
+
+def _z3_zero_trip(extent: Expr, bounds: Mapping[str, Interval], indices: Mapping[str, Expr]
+                  ) -> tuple[str, dict[str, int] | None]:
+    """Ask z3 for admissible symbol values with ``extent <= 0``.
+
+    Returns ``("proved", None)`` when there are none, ``("refuted", values)`` with a
+    counterexample, ``("unknown", None)`` when z3 gives up (or is missing).
+    """
+    try:
+        from planner.prove.z3_exprs import SymbolSpace, check  # lazy: planner.prove imports us
+    except ImportError:  # pragma: no cover - z3 is a dependency
+        return ("unknown", None)
+    space = SymbolSpace(bindings=None, symbol_bounds=bounds,
+                        default_bounds=DEFAULT_SYMBOL_BOUNDS)
+    for name, ext in reversed(list(indices.items())):  # innermost declared last: it wins
+        space.declare_index(name, ext)
+    zero = space.to_z3(extent) <= 0
+    solver = space.solver()
+    solver.add(*space.constraints())
+    solver.add(zero)
+    result = check(solver, ZERO_TRIP_TIME_LIMIT_MS)
+    if str(result) == "unsat":
+        return ("proved", None)
+    if str(result) == "sat":
+        values = space.model_values(solver.model())
+        return ("refuted", dict(sorted(values.items())))
+    return ("unknown", None)
+
+
+def _kernel_symbols(e: Expr, indices: Mapping[str, Expr]) -> list[str]:
+    """The non-index symbols of ``e``, following region-index extents."""
+    out: set[str] = set()
+    todo, seen = [e], set()
+    while todo:
+        for s in todo.pop().symbols():
+            if s in indices:
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(indices[s])
+            else:
+                out.add(s)
+    return sorted(out)
+
+
+def _zero_trip_reason(op: LoopOp, bounds: Mapping[str, Interval]) -> str | None:
+    """None when every axis extent of ``op`` is >= 1 for every admissible symbol value.
+
+    Otherwise the words that finish "it is only stored inside loop 'L', ...": the
+    trip count, the failing extents and the symbols that need a declared lower bound.
+    Only ``bounds`` count (a kernel is defined over its symbols), never bindings.
+    """
+    indices = _enclosing_indices(op)
+    trip = " * ".join(str(a.extent) for a in op.axes)
+    failing: list[str] = []
+    symbols: list[str] = []
     for a in op.axes:
-        if a.extent.symbols() <= set(env):
-            if a.extent.evaluate(env) <= 0:
-                return True
+        e = a.extent
+        if isinstance(e, Const):
+            if e.value >= 1:
+                continue
+            failing.append(f"axis {a.name!r} has extent {e.value}")
+            continue
+        r = _interval(e, bounds, indices)
+        if r is not None and r[0] >= 1:
+            continue
+        verdict, cex = _z3_zero_trip(e, bounds, indices)
+        if verdict == "proved":
+            continue
+        names = _kernel_symbols(e, indices)
+        ranges = ", ".join(
+            f"{s} in {lo}..{hi}" + ("" if s in bounds else ", no declared bound")
+            for s in names for lo, hi in [bounds.get(s, DEFAULT_SYMBOL_BOUNDS)])
+        if verdict == "refuted" and cex is not None:
+            given = ", ".join(f"{s} = {v}" for s, v in cex.items() if s in names)
+            try:
+                value = e.evaluate(cex)
+                why = f"{given} gives {value}" if given else f"{value} at some region index"
+            except (KeyError, ZeroDivisionError):
+                why = "it can be <= 0"
+            failing.append(f"axis {a.name!r} extent {e} can be < 1 ({why}; {ranges})")
         else:
-            return True
-    return False
+            failing.append(f"axis {a.name!r} extent {e} could not be shown >= 1 (z3 gave up "
+                           f"after {ZERO_TRIP_TIME_LIMIT_MS} ms; {ranges})")
+        symbols += [s for s in names if s not in symbols]
+    if not failing:
+        return None
+    if all(isinstance(a.extent, Const) for a in op.axes):
+        return f"which runs zero times (S10: trip count {trip}, and {'; '.join(failing)})"
+    head = (f"which may run zero times: S10 needs its trip count {trip} >= 1 for every "
+            f"admissible value of the symbols, and {'; '.join(failing)}")
+    need = [s for s in symbols if bounds.get(s, DEFAULT_SYMBOL_BOUNDS)[0] < 1] or symbols
+    if not need:
+        return f"{head}; store it before the loop, or make every extent at least 1"
+    hint = " ".join(f"--bound {s}=1.." for s in need)
+    return (f"{head}; values bound for one run do not count: declare a lower bound on "
+            f"{', '.join(need)} that keeps every extent >= 1, such as {hint}")
 
 
 def _has_uses(alloc: core.AllocOp, kernel: Kernel) -> bool:

@@ -536,6 +536,9 @@ class _Prover:
         started = time.perf_counter()
         sp = self.space(self.binding.context(a.op))
         lay = a.op.layout
+        err = z3_layout.undefined_error(lay, sp, f"memory %{a.name}", a.op.loc)
+        if err is not None:  # S14: no proof about an undefined address map means anything
+            raise err
         slices = a.slices if a.slices is not None else 1
         nbytes = self.storage_bytes_term(a, sp) * slices
         s = sp.solver()

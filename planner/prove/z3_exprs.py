@@ -60,10 +60,19 @@ class SymbolSpace:
         self.index_extent[name] = extent
 
     def substitute(self, e: Expr) -> Expr:
-        """``e`` with bound symbols replaced by their values (and re-simplified)."""
+        """``e`` with bound symbols replaced by their values (and re-simplified).
+
+        Where a bound value makes a divisor zero (``ceildiv(64, N)`` at ``N = 0``) the
+        division is kept, unfolded, with its zero divisor: it is never evaluated here
+        (an empty domain does not reach it, S14), :meth:`to_z3` records the divisor so a
+        totality proof refutes it, and :meth:`evaluate` raises ZeroDivisionError.
+        """
         if not self.bindings or not (e.symbols() & self.bindings.keys()):
             return e
-        return e.substitute(self.bindings)
+        try:
+            return e.substitute(self.bindings)
+        except ZeroDivisionError:
+            return _substitute_unfolded(e, self.bindings)
 
     def free_symbols(self, exprs: Iterable[Expr]) -> set[str]:
         """Unbound symbols of ``exprs``, following region-index extents."""
@@ -164,6 +173,16 @@ class SymbolSpace:
             val = model.eval(v, model_completion=True)
             out[name] = val.as_long()
         return out
+
+
+def _substitute_unfolded(e: Expr, bindings: Mapping[str, int]) -> Expr:
+    """``e.substitute(bindings)``, except that a node whose folding divides by zero is
+    rebuilt as is (an :class:`Apply` of its substituted operands) instead of raising."""
+    try:
+        return e.substitute(bindings)
+    except ZeroDivisionError:
+        assert isinstance(e, Apply)
+        return Apply(e.op, tuple(_substitute_unfolded(a, bindings) for a in e.args))
 
 
 def floor_div(a: z3.ArithRef, b: z3.ArithRef, divisor: Expr) -> z3.ArithRef:

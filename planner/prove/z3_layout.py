@@ -33,6 +33,13 @@ the symbols only.  Injectivity: the mixed-radix criterion (some order of the dim
 in which each stride exceeds the reach ``sum (e_j - 1) s_j`` of the ones before) is
 sufficient and is tried first, for orders guessed from sample symbol values; when it
 does not hold, z3 searches for two distinct indices with one offset, which is exact.
+Injectivity and sizes are asked where the map is defined (every divisor non-zero): a
+zero divisor is the ``bounds`` proof's refutation.
+
+**Empty domains (S14).**  A domain with a known zero extent (at the bindings) has no
+address events: its strides are never translated nor evaluated, its storage is 0 and
+both properties hold trivially, so ``ceildiv(64, N)`` at ``N = 0`` on a ``[4, N]``
+domain is harmless.  On a non-empty domain the same division is an S14 error.
 
 Concrete layouts of at most :data:`ENUMERATION_LIMIT` elements are enumerated with numpy
 (milliseconds, exact).  Every z3 query runs under the caller's time limit and reports
@@ -48,8 +55,15 @@ from dataclasses import dataclass
 import numpy as np
 import z3
 
+from planner.errors import UNKNOWN_LOC, Diagnostic, PlannerError, SourceLoc
 from planner.ir.expr import Const, Expr
-from planner.ir.layout import Layout, XorSwizzle, concrete_offsets, first_collision
+from planner.ir.layout import (
+    Layout,
+    XorSwizzle,
+    concrete_offsets,
+    division_by_zero_message,
+    first_collision,
+)
 from planner.prove.z3_exprs import SymbolSpace, check
 
 #: Concrete layouts with at most this many elements are checked by enumeration.
@@ -124,9 +138,54 @@ def prove_swizzle_bijective(swizzles: tuple[XorSwizzle, ...], time_limit_ms: int
 # --------------------------------------------------------------------------- terms
 
 
+def known_empty(layout: Layout, space: SymbolSpace) -> bool:
+    """Some extent is 0 (or negative) at the bindings: the domain has no address events
+    and its map arithmetic is never evaluated (S14).  Known zeros are recognized first;
+    an extent that cannot be evaluated does not hide another one that is 0."""
+    if any(e == Const(0) for e in layout.shape):
+        return True
+    for e in layout.shape:
+        if not space.is_concrete([e]):
+            continue
+        try:
+            if space.evaluate(e) <= 0:
+                return True
+        except ZeroDivisionError:
+            continue
+    return False
+
+
+def undefined_terms(layout: Layout, space: SymbolSpace) -> list[tuple[str, int, Expr]]:
+    """Extents and strides of a domain that is not known to be empty that divide by zero
+    at the bindings (``("extent" | "stride", dim, expr)``); [] for an empty domain."""
+    if known_empty(layout, space) or not space.bindings:
+        return []
+    return layout.undefined_terms(space.bindings)
+
+
+def undefined_error(layout: Layout, space: SymbolSpace, subject: str,
+                    loc: SourceLoc = UNKNOWN_LOC) -> PlannerError | None:
+    """The S14 error of a layout whose non-empty domain's address map divides by zero at
+    the bindings (None when it is defined): no proof about it is meaningful."""
+    bad = undefined_terms(layout, space)
+    if not bad:
+        return None
+    return PlannerError([Diagnostic(division_by_zero_message(kind, e, subject, space.bindings)
+                                    + ": the address map of a non-empty logical domain "
+                                    "must be defined", loc, "S14") for kind, _, e in bad],
+                        kind="invalid-ir")
+
+
 def concrete_layout(layout: Layout, space: SymbolSpace) -> tuple[list[int], list[int]] | None:
-    """Extents and strides as integers when no free symbol remains, else None."""
+    """Extents and strides as integers when no free symbol remains, else None.
+
+    The strides of a known-empty domain are never evaluated (S14): they are reported
+    as 0, and so is an extent that cannot be evaluated beside a zero one.  A stride
+    that divides by zero on a non-empty domain raises ZeroDivisionError.
+    """
     exprs = (*layout.shape, *layout.strides)
+    if known_empty(layout, space) and space.is_concrete(layout.shape):
+        return ([_value_or_zero(e, space) for e in layout.shape], [0] * layout.rank)
     if not space.is_concrete(exprs):
         return None
     return ([space.evaluate(e) for e in layout.shape],
@@ -143,15 +202,37 @@ def concrete_storage(extents: Sequence[int], strides: Sequence[int],
     return -(-span // block) * block
 
 
+def _value_or_zero(e: Expr, space: SymbolSpace) -> int:
+    try:
+        return space.evaluate(e)
+    except ZeroDivisionError:
+        return 0
+
+
 def storage_term(layout: Layout, space: SymbolSpace) -> z3.ArithRef:
-    """The storage size in elements as a z3 term (0 when the domain may be empty)."""
+    """The storage size in elements as a z3 term (0 when the domain may be empty).
+
+    A known-empty domain is 0 without translating a stride (known zero factors first,
+    S14).  A non-empty domain whose extents or strides divide by zero at the bindings
+    raises the S14 :class:`PlannerError` of :func:`undefined_error`.  Where symbol
+    values make one of the layout's divisors zero the term is 0 as well: that point
+    has no defined address map (z3's ``x / 0`` is an arbitrary value, not a size), and
+    the ``bounds`` proof refutes its totality instead.
+    """
+    if known_empty(layout, space):
+        return space.int_val(0)
+    err = undefined_error(layout, space, str(layout))
+    if err is not None:
+        raise err
+    first = len(space.divisors)
     exts = [space.to_z3(e) for e in layout.shape]
     strides = [space.to_z3(s) for s in layout.strides]
+    defined = [d != 0 for d in space.divisors[first:]]
     span = 1 + z3.Sum([(e - 1) * z3.If(s >= 0, s, -s)
                        for e, s in zip(exts, strides, strict=True)] or [space.int_val(0)])
     block = 1 << swizzle_block_bits(layout.swizzles)
     rounded = span if block == 1 else ((span + (block - 1)) / block) * block
-    return z3.If(_nonempty(exts, space), rounded, 0)
+    return z3.If(z3.And(_nonempty(exts, space), *defined), rounded, 0)
 
 
 def _nonempty(exts: list[z3.ArithRef], space: SymbolSpace) -> z3.BoolRef:
@@ -242,9 +323,17 @@ def _concrete_cases(
 ) -> tuple[tuple[list[int], list[int]] | None, Verdict | None]:
     """The concrete extents and strides (None when symbolic), and the verdict when they
     give an empty domain or one small enough for ``enumerate_``."""
+    if known_empty(layout, space):
+        return None, Verdict("proved", "empty domain: no address events (S14)", None,
+                             "trivial")
+    bad = undefined_terms(layout, space)
+    if bad:
+        kind, _, e = bad[0]
+        at = {k: space.bindings[k] for k in sorted(e.symbols()) if k in space.bindings}
+        return None, Verdict("refuted", division_by_zero_message(kind, e, str(layout),
+                                                                 space.bindings)
+                             + ": the address map is not total (S14)", at, "trivial")
     conc = concrete_layout(layout, space)
-    if conc is not None and any(e <= 0 for e in conc[0]):
-        return conc, Verdict("proved", "empty domain: no address events (S14)", None, "trivial")
     if conc is not None and _enumerable(*conc):
         return conc, enumerate_(layout, *conc)
     return conc, None
@@ -308,7 +397,9 @@ def _symbolic_criterion(layout: Layout, space: SymbolSpace, time_limit_ms: int) 
     strides = [space.to_z3(s) for s in layout.strides]
     for order in _guess_orders(layout, space):
         s = space.solver()
-        s.add(*space.constraints(), z3.Not(_criterion(exts, strides, order, space)))
+        # only where the map is defined: a zero divisor is the bounds proof's refutation
+        s.add(*space.constraints(), space.nonzero_divisors(),
+              z3.Not(_criterion(exts, strides, order, space)))
         if check(s, max(1, time_limit_ms // 4)) == z3.unsat:
             return (f"z3: for all symbol values within bounds, the strides in order of dims "
                     f"{list(order)} each exceed the reach of the smaller ones")
@@ -321,6 +412,7 @@ def _z3_injective(layout: Layout, space: SymbolSpace, time_limit_ms: int,
     b = symbolic_access(layout, space, "v", swizzled)
     s = space.solver()
     s.add(*a.facts, *b.facts, *space.constraints())
+    s.add(space.nonzero_divisors())  # a zero divisor is the bounds proof's refutation (S14)
     s.add(z3.Or([x != y for x, y in zip(a.index, b.index, strict=True)]
                 or [space.bool_val(False)]))
     s.add(a.offset == b.offset)
@@ -447,6 +539,7 @@ __all__ = [
     "apply_swizzles",
     "concrete_layout",
     "concrete_storage",
+    "known_empty",
     "layout_exprs",
     "prove_in_bounds",
     "prove_injective",
@@ -455,4 +548,6 @@ __all__ = [
     "swizzle_block_bits",
     "swizzle_bv",
     "symbolic_access",
+    "undefined_error",
+    "undefined_terms",
 ]

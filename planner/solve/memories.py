@@ -39,9 +39,11 @@ def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
         lo, hi = min(orders), max(orders) + 1
         maxv, stall = _memory_versions(ctx, uses)
         homes = _memory_homes(ctx, op, default)
+        name = "%" + ctx.names.get(op.memory, "memory")
+        op.layout.require_defined(ctx.env, f"memory {name}", op.loc)  # S14, if non-empty
         storage = version_bytes(op.layout.storage_elements(ctx.env) * op.dtype.itemsize, maxv)
         traffic = [_memory_traffic_ns(ctx, uses, r) for r in homes]
-        out.append(MemoryOccupant(len(out), "%" + ctx.names.get(op.memory, "memory"),
+        out.append(MemoryOccupant(len(out), name,
                                   tuple(r.name for r in homes),
                                   tuple(align(storage, r.alignment) for r in homes),
                                   (lo, hi), op.owner if op.owner in ctx.parallels else "kernel",

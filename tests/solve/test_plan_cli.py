@@ -44,10 +44,10 @@ def test_plan_json_and_dot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert dot.read_text().startswith('digraph "softmax"')
 
 
-def test_plan_baseline_infeasible_still_exits_zero_with_explanation(
+def test_plan_baseline_infeasible_exits_one_with_explanation(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "plan", SOFTMAX, "--baseline", "all-virtual")
-    assert code == 0
+    assert code == 1  # an infeasible plan is not success, even a baseline's
     assert "status infeasible" in out and "registers capacity 512 B" in out
 
 
@@ -55,7 +55,7 @@ def test_plan_errors_are_rendered(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "plan", SOFTMAX, "--target", "x86-avx3")
     assert code == 1 and "unknown target 'x86-avx3'" in err
     code, _, err = run(capsys, "plan", SOFTMAX, "--bind", "N")
-    assert code == 1 and "NAME=VALUE" in err
+    assert code == 2 and "NAME=VALUE" in err  # a usage error
 
 
 def test_compare_targets(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,10 +90,10 @@ def test_compare_saved_plans(capsys: pytest.CaptureFixture[str], tmp_path: Path)
 
 def test_compare_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "compare", SOFTMAX)
-    assert code == 1 and "nothing to compare" in err
+    assert code == 2 and "nothing to compare" in err
     code, _, err = run(capsys, "compare", SOFTMAX, "--target", "x86-avx2", "--target",
                        "apple-m2", "--policy", "default", "--policy", "expensive-only")
-    assert code == 1 and "one thing at a time" in err
+    assert code == 2 and "one thing at a time" in err
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     code, _, err = run(capsys, "compare", "--plans", str(bad), str(bad))

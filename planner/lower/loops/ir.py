@@ -258,6 +258,9 @@ class Buffer:
         """Bytes the buffer occupies in its resource at ``env``: every version, rounded up
         to the resource's alignment (the bytes the planner holds for it)."""
         item = self.dtype.itemsize if itemsize is None else itemsize
+        if self.layout.is_empty(env):  # no address events: 0 bytes, strides unevaluated (S14)
+            return 0
+        self.layout.require_defined(env, f"buffer %{self.name}")
         return align(max(self.total_elements().evaluate(env), 0) * item, self.alignment)
 
     def static_elements(self) -> int | None:

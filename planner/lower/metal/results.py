@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from planner.errors import error
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, product
+from planner.ir.layout import division_by_zero_message
 from planner.lower.metal.checks import _KIND, _RULE
 
 
@@ -62,7 +63,12 @@ class MslKernel:
         """Refuse bindings that need more than an array was sized for (S17)."""
         over = []
         for lim in self.limits:
-            need = lim.elements.evaluate(bindings)
+            try:
+                need = lim.elements.evaluate(bindings)
+            except ZeroDivisionError:  # S14: only a non-empty domain reaches its strides
+                what = division_by_zero_message("the size", lim.elements,
+                                                f"{lim.array} ({lim.holds})", bindings)
+                raise error(f"{self.kernel_name}: {what}", rule="S14", kind=_KIND) from None
             if need > lim.capacity:
                 over.append(f"{lim.array} ({lim.holds}) needs {need * lim.itemsize:,} B, "
                             f"sized {lim.capacity * lim.itemsize:,} B")
