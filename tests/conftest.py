@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "planner" / "examples"
 SUPPORT = ROOT / "tests"  # test-support modules shared across folders (live_http)
 for path in (EXAMPLES, SUPPORT):
     if str(path) not in sys.path:

@@ -18,8 +18,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from server import Settings, create_app
-from server.service import Service
+from planner.server import Settings, create_app
+from planner.server.service import Service
 
 
 @dataclass

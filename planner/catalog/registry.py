@@ -1,4 +1,4 @@
-"""Finding catalogs by name: built-in ``catalogs/`` plus the user's directories.
+"""Finding catalogs by name: built-in ``planner/catalogs/`` plus the user's directories.
 
 A catalog is the file ``<name>.yaml`` in one of the search directories.  The user's
 directories come first, in the order given (explicit ``--catalog-dir`` arguments, then
@@ -40,7 +40,7 @@ DEFAULT_TARGET = "x86-avx2"
 #: The environment variable listing extra catalog directories (os.pathsep separated).
 CATALOG_PATH_ENV = "PLANNER_CATALOG_PATH"
 #: The catalogs shipped with planner, at the repository root.
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "catalogs"
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "catalogs"
 #: The target name that stands for the catalog matching this machine.
 HOST_TARGET = "host"
 #: The catalogs ``host`` may stand for, most capable first.

@@ -197,7 +197,7 @@ def kernel_and_bindings(args: argparse.Namespace, *, verified: bool = True
 
     Every command that takes a KERNEL loads it here, and here the verifier runs on it
     (:func:`planner.ir.verify.verify`, the call the HTTP service makes in
-    ``server.service.decode_kernel``) before anything plans, proves, lowers, runs or
+    ``planner.server.service.decode_kernel``) before anything plans, proves, lowers, runs or
     interprets it: a rejected kernel ends the command with the verifier's located,
     rule-numbered diagnostics (exit 1).  Only ``show``, which just prints the kernel,
     passes ``verified=False``.  With ``--symbolic`` (``check``) the bindings are

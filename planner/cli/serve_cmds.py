@@ -1,7 +1,8 @@
 """``planner serve``: run the HTTP planning service under uvicorn.
 
 The command turns its flags (and the token's environment variable) into a
-:class:`server.Settings` and hands it to :func:`server.create_app`; nothing else reads
+:class:`planner.server.Settings` and hands it to :func:`planner.server.create_app`;
+nothing else reads
 the environment.  Catalog writes are enabled only when the variable named by
 ``--token-env`` holds a token and a writable catalog directory is known.
 """
@@ -23,7 +24,7 @@ from planner.cli.common import (
 from planner.errors import error
 
 if TYPE_CHECKING:
-    from server.settings import Settings
+    from planner.server.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,11 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-    """The :class:`server.Settings` the flags describe (``environ`` supplies the token)."""
+    """The :class:`planner.server.Settings` the flags describe (``environ`` supplies the token)."""
     from pydantic import ValidationError
 
     from planner.catalog import env_catalog_dirs
-    from server.settings import Settings
+    from planner.server.settings import Settings
 
     extra = [*args.catalog_dir, *env_catalog_dirs(environ)]
     writable = args.writable_catalog_dir or (args.catalog_dir[0] if args.catalog_dir else None)
@@ -79,7 +80,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from server import create_app
+    from planner.server import create_app
 
     settings = settings_from_args(args, os.environ)
     app = create_app(settings)

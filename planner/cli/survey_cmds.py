@@ -50,21 +50,27 @@ def cmd_survey(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"{'example':12} {'target':13} {'plan':11} {'est. time':>12} "
               f"{'V/F/R/M':>9} {'proofs':>8} {'solve':>7}  run")
-    failures = 0
     records: list[dict[str, Any]] = []
     for ex in examples:
         for target in targets:
-            line, ok, record = _survey_one(ex, target, args)
-            failures += not ok
+            line, _, record = _survey_one(ex, target, args)
             records.append(record)
             if not args.json:
                 print(line, flush=True)
-    passed = len(examples) * len(targets) - failures
+    counts = {k: sum(r["outcome"] == k for r in records) for k in OUTCOMES}
+    failures = counts["failed"]
     if args.json:
-        print_json({"passed": passed, "failed": failures, "results": records})
+        print_json({"passed": len(records) - failures, "failed": failures, "counts": counts,
+                    "results": records})
     else:
-        print(f"{passed} ok, {failures} failed")
-    return 1 if failures else 0
+        print(", ".join(f"{n} {OUTCOMES[k]}" for k, n in counts.items()))
+    # nothing planned at all (no example, no catalog) is a failure, not "0 ok"
+    return 1 if failures or not counts["ran"] + counts["planned"] else 0
+
+
+#: How one (example, target) pair ended, as the summary line counts them.
+OUTCOMES = {"ran": "ran and matched", "planned": "planned, not run (no backend, or the host "
+            "cannot run the target)", "infeasible": "infeasible", "failed": "failed"}
 
 
 def _survey_one(ex: Any, target: Any, args: argparse.Namespace
@@ -76,7 +82,8 @@ def _survey_one(ex: Any, target: Any, args: argparse.Namespace
 
     head = f"{ex.name:12} {target.name:13}"
     record: dict[str, Any] = {"example": ex.name, "target": target.name, "ok": False,
-                              "status": None, "objective_ns": None, "decisions": None,
+                              "outcome": "failed", "status": None, "objective_ns": None,
+                              "decisions": None,
                               "proofs_proved": None, "proofs": None, "solve_time_s": None,
                               "explanation": [], "run": None, "error": None}
     try:
@@ -93,7 +100,7 @@ def _survey_one(ex: Any, target: Any, args: argparse.Namespace
                   solve_time_s=plan.solve_time_s, explanation=list(plan.explanation))
     if status == "infeasible":
         why = plan.explanation[0] if plan.explanation else ""
-        record["ok"] = True
+        record.update(ok=True, outcome="infeasible")
         return f"{head} {'infeasible':11} {'':>12} {'':>9} {proved:>3}/{len(plan.proofs):<4} " \
                f"{plan.solve_time_s:6.2f}s  {why}", True, record
     record.update(objective_ns=plan.objective,
@@ -102,11 +109,12 @@ def _survey_one(ex: Any, target: Any, args: argparse.Namespace
            f"{proved:>3}/{len(plan.proofs):<4} {plan.solve_time_s:6.2f}s")
     backend = find_backend(target)
     if args.no_run or backend is None:
-        record.update(ok=True, run="not run" if args.no_run else "no backend")
+        record.update(ok=True, outcome="planned",
+                      run="not run" if args.no_run else "no backend")
         return f"{row}  -", True, record
     unavailable = backend.unavailable(target)
     if unavailable:
-        record.update(ok=True, run=f"skipped: {unavailable}")
+        record.update(ok=True, outcome="planned", run=f"skipped: {unavailable}")
         return f"{row}  skipped: {unavailable}", True, record
     try:
         result = backend.run(ex.kernel, plan, target, ex.bindings)
@@ -114,5 +122,6 @@ def _survey_one(ex: Any, target: Any, args: argparse.Namespace
         first = exc.diagnostics[0].message if exc.diagnostics else str(exc)
         record.update(run="error", error=first)
         return f"{row}  error: {(first.splitlines() or [''])[0]}", False, record
-    record.update(ok=bool(result.ok), run=result.summary)
+    record.update(ok=bool(result.ok), outcome="ran" if result.ok else "failed",
+                  run=result.summary)
     return f"{row}  {result.summary}", bool(result.ok), record

@@ -10,8 +10,8 @@ An example is a Python module that exposes
     the expected outputs, ``{writable view name: array}``, computed independently with
     numpy from the input arrays named by its parameters (usually the const views).
 
-The built-in examples live in the repository's ``examples/`` directory, located
-relative to this package.  Loading a file executes it (it is the user's own code):
+The built-in examples live in ``planner/examples/`` (package data, so a wheel has them),
+located relative to this module.  Loading a file executes it (it is the user's own code):
 the service never loads examples from requests.
 """
 
@@ -70,8 +70,8 @@ class Example:
 
 
 def builtin_examples_dir() -> Path:
-    """The repository's ``examples/`` directory (beside the ``planner`` package)."""
-    return Path(__file__).resolve().parents[2] / "examples"
+    """The built-in examples: ``planner/examples/``, package data of the wheel."""
+    return Path(__file__).resolve().parents[1] / "examples"
 
 
 def list_examples(directory: str | Path | None = None) -> list[Path]:

@@ -52,11 +52,17 @@ from planner.ir.layout import Layout, XorSwizzle, dense, strided
 from planner.ir.types import MemoryType, TileType, ViewType
 
 _PLANNER_DIR = str(Path(__file__).resolve().parents[1])
+#: The built-in examples are package data but user code: their frames are the user's.
+_EXAMPLES_DIR = str(Path(_PLANNER_DIR) / "examples")
+
+
+def _library_frame(filename: str) -> bool:
+    return filename.startswith(_PLANNER_DIR) and not filename.startswith(_EXAMPLES_DIR)
 
 
 def _user_frame() -> FrameType | None:
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PLANNER_DIR):
+    while frame is not None and _library_frame(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 

@@ -30,7 +30,7 @@ from planner.ir.core import Kernel
 from planner.ir.json_form import kernel_to_json
 from planner.ir.load import load_kernel
 from planner.ir.printer import print_kernel
-from server import Settings
+from planner.server import Settings
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 MARKER = re.compile(r'verifier: (S\d+) "([^"]+)"\s*$')

@@ -158,24 +158,24 @@ def test_strings_round_trip(text: str) -> None:
 
 def _located() -> Kernel:
     kernel = _chain(["a"])
-    kernel.loc = SourceLoc(str(ROOT / "examples" / "k.py"), 3)
-    kernel.body.ops[0].loc = SourceLoc(str(ROOT / "examples" / "k.py"), 7, 4)
+    kernel.loc = SourceLoc(str(ROOT / "planner" / "examples" / "k.py"), 3)
+    kernel.body.ops[0].loc = SourceLoc(str(ROOT / "planner" / "examples" / "k.py"), 7, 4)
     kernel.body.ops[1].loc = SourceLoc("/elsewhere/other.py", 9)
     return kernel
 
 
 def test_locations_print_absolute_by_default() -> None:
     text = print_kernel(_located())
-    assert f'loc("{ROOT}/examples/k.py":7:4)' in text
+    assert f'loc("{ROOT}/planner/examples/k.py":7:4)' in text
     assert 'loc("/elsewhere/other.py":9:0)' in text
-    assert text.rstrip().endswith(f'}}) : () -> () loc("{ROOT}/examples/k.py":3:0)')
+    assert text.rstrip().endswith(f'}}) : () -> () loc("{ROOT}/planner/examples/k.py":3:0)')
 
 
 def test_locations_relative_to_a_base_directory() -> None:
     text = print_kernel(_located(), base_dir=str(ROOT))
-    assert 'loc("examples/k.py":7:4)' in text
+    assert 'loc("planner/examples/k.py":7:4)' in text
     assert 'loc("/elsewhere/other.py":9:0)' in text  # outside the base: unchanged
-    assert parse_kernel(text).body.ops[0].loc == SourceLoc("examples/k.py", 7, 4)
+    assert parse_kernel(text).body.ops[0].loc == SourceLoc("planner/examples/k.py", 7, 4)
 
 
 def test_locations_can_be_left_out() -> None:
@@ -202,6 +202,6 @@ def test_example_locations_point_at_the_user_source() -> None:
     kernel = load_example(EXAMPLES["manual_gemm"]).kernel
     text = print_kernel(kernel, base_dir=str(ROOT))
     alloc_line = next(line for line in text.splitlines() if '"memory.alloc"' in line)
-    assert 'loc("examples/manual_gemm.py":' in alloc_line
+    assert 'loc("planner/examples/manual_gemm.py":' in alloc_line
     tile = TileType(DType.F32, (const(32), const(32)))
     assert str(tile) in text

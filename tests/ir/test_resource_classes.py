@@ -44,7 +44,7 @@ from planner.ir.structural import structural_diff
 from planner.ir.verify import collect_diagnostics
 
 ROOT = Path(__file__).resolve().parents[2]
-NPU_YAML = ROOT / "catalogs" / "npu-systolic.yaml"
+NPU_YAML = ROOT / "planner" / "catalogs" / "npu-systolic.yaml"
 
 
 def npu_catalog() -> dict:

@@ -325,7 +325,7 @@ def test_random_expressions_roundtrip_in_attributes(e: Expr) -> None:
 
 
 def test_structural_diff_reports_first_difference() -> None:
-    kernel = load_example(ROOT / "examples" / "manual_gemm.py")
+    kernel = load_example(ROOT / "planner" / "examples" / "manual_gemm.py")
     other = parse_kernel(print_kernel(kernel))
     loop = other.body.ops[0].body.ops[3]
     assert isinstance(loop, core.LoopOp)
@@ -341,7 +341,7 @@ def test_structural_diff_reports_first_difference() -> None:
 
 
 def test_structural_diff_follows_the_value_graph() -> None:
-    kernel = load_example(ROOT / "examples" / "manual_gemm.py")
+    kernel = load_example(ROOT / "planner" / "examples" / "manual_gemm.py")
     other = parse_kernel(print_kernel(kernel))
     mma = other.body.ops[0].body.ops[3].body.ops[6]
     assert isinstance(mma, core.MmaOp)

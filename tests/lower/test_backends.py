@@ -34,8 +34,8 @@ from planner.lower.backends import (
     emit_forms,
     find_backend,
 )
+from planner.server import Settings
 from planner.solve import plan_kernel, plan_to_json
-from server import Settings
 
 REGISTRY = CatalogRegistry([])  # the shipped catalogs only
 SHIPPED = REGISTRY.list()
@@ -98,7 +98,7 @@ def test_each_backend_has_its_forms() -> None:
 
 
 def test_the_cli_and_the_server_offer_the_registry_forms() -> None:
-    from server.models import LowerRequest
+    from planner.server.models import LowerRequest
 
     sub = next(a for a in build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))

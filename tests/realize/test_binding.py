@@ -36,7 +36,7 @@ from planner.prove import prove_kernel
 from planner.realize import bind_execution
 from planner.solve import Status, plan_kernel
 
-CATALOGS = Path(__file__).resolve().parents[2] / "catalogs"
+CATALOGS = Path(__file__).resolve().parents[2] / "planner" / "catalogs"
 
 
 def _yaml(name: str) -> dict:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from live_http import LiveServer, live_server
 
-from server import Settings
+from planner.server import Settings
 
 TOKEN = "test-token-0123456789"
 

@@ -11,7 +11,7 @@ import httpx
 import yaml
 
 from planner.catalog import load_target_file
-from server import Settings
+from planner.server import Settings
 
 Text = Callable[[str], str]
 Headers = dict[str, str]

@@ -13,8 +13,8 @@ import httpx
 
 from planner.ir.examples import builtin_examples_dir, load_example
 from planner.ir.json_form import kernel_to_json
-from server import Settings, create_app
-from server.service import Service, get_service
+from planner.server import Settings, create_app
+from planner.server.service import Service, get_service
 
 SPIN_S = 2.0
 

@@ -149,7 +149,7 @@ def test_lower_emits_code(client: httpx.Client, emit: str) -> None:
 
 
 def test_lower_msl_is_unsupported_until_a_metal_emitter_exists(client: httpx.Client) -> None:
-    from server.service import EMITTERS
+    from planner.server.service import EMITTERS
 
     ex = example("softmax")
     r = client.post("/v1/lower", json={"kernel": kernel_to_json(ex.kernel),

@@ -63,7 +63,7 @@ from planner.ir.frontend import (
 from planner.solve import Decision, build_problem, evaluate, plan_kernel
 from planner.solve.costs import Assignment, Edge, Problem, Value
 
-CATALOGS = Path(__file__).resolve().parents[2] / "catalogs"
+CATALOGS = Path(__file__).resolve().parents[2] / "planner" / "catalogs"
 
 ROWS, COLS = 8, 16
 ELEMENTS = ROWS * COLS  # 128

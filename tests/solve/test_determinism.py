@@ -114,7 +114,8 @@ print(json.dumps([plan_text(*case, workers=workers) for case in CASES]))
 
 def test_plans_are_identical_across_processes() -> None:
     """PYTHONHASHSEED changes set and enum-set iteration order between processes."""
-    path = os.pathsep.join([str(ROOT / "tests" / "solve"), str(ROOT / "examples"), str(ROOT),
+    path = os.pathsep.join([str(ROOT / "tests" / "solve"), str(ROOT / "planner" / "examples"),
+                            str(ROOT),
                             os.environ.get("PYTHONPATH", "")])
     children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(workers)],
                                  env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": path},

@@ -11,7 +11,7 @@ from planner.cli import main
 from planner.solve import plan_from_json
 
 ROOT = Path(__file__).resolve().parents[2]
-SOFTMAX = str(ROOT / "examples" / "softmax.py")
+SOFTMAX = str(ROOT / "planner" / "examples" / "softmax.py")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

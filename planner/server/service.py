@@ -34,6 +34,9 @@ from planner.ir.parser import parse_kernel
 from planner.ir.verify import verify
 from planner.lower.backends import backend_for, emit_forms
 from planner.prove.proofs import prove_kernel
+from planner.server.cache import PlanCache, PlanKey
+from planner.server.metrics import Metrics
+from planner.server.settings import Settings
 from planner.solve import (
     Baseline,
     MaterializationPlan,
@@ -44,9 +47,6 @@ from planner.solve import (
     plan_kernel,
     plan_to_json,
 )
-from server.cache import PlanCache, PlanKey
-from server.metrics import Metrics
-from server.settings import Settings
 
 T = TypeVar("T")
 KernelSource = dict[str, Any] | str

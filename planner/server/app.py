@@ -25,11 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planner.errors import Diagnostic, PlannerError, SourceLoc
-from server.metrics import Metrics
-from server.models import ErrorResponse
-from server.routers import catalogs, health, plan, schemas
-from server.service import REQUEST_FILE, ApiError, Service
-from server.settings import Settings
+from planner.server.metrics import Metrics
+from planner.server.models import ErrorResponse
+from planner.server.routers import catalogs, health, plan, schemas
+from planner.server.service import REQUEST_FILE, ApiError, Service
+from planner.server.settings import Settings
 
 log = logging.getLogger("planner.server")
 

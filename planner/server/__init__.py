@@ -5,7 +5,7 @@ cache, worker pool, metrics) in :mod:`server.service`.  ``planner serve`` runs i
 uvicorn.  The service executes no submitted code: kernels arrive as JSON or text IR.
 """
 
-from server.app import create_app
-from server.settings import Settings
+from planner.server.app import create_app
+from planner.server.settings import Settings
 
 __all__ = ["Settings", "create_app"]

@@ -7,9 +7,9 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from server.models import Health
-from server.routers import error_responses
-from server.service import ServiceDep
+from planner.server.models import Health
+from planner.server.routers import error_responses
+from planner.server.service import ServiceDep
 
 router = APIRouter(tags=["health"])
 

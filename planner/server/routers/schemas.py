@@ -9,8 +9,8 @@ from fastapi import APIRouter
 
 from planner.catalog import catalog_json_schema
 from planner.ir.json_form import kernel_json_schema
+from planner.server.routers import error_responses
 from planner.solve import plan_json_schema
-from server.routers import error_responses
 
 router = APIRouter(prefix="/v1/schemas", tags=["schemas"])
 

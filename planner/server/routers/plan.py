@@ -9,8 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from planner.solve import plan_json_schema
-from server.models import (
+from planner.server.models import (
     CheckRequest,
     CheckResponse,
     CompareRequest,
@@ -18,8 +17,8 @@ from server.models import (
     LowerResponse,
     PlanRequest,
 )
-from server.routers import error_responses
-from server.service import (
+from planner.server.routers import error_responses
+from planner.server.service import (
     ApiError,
     ServiceDep,
     check_emitter,
@@ -27,6 +26,7 @@ from server.service import (
     compare_job,
     lower_job,
 )
+from planner.solve import plan_json_schema
 
 router = APIRouter(prefix="/v1", tags=["planning"])
 

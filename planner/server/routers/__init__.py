@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.models import ErrorResponse
+from planner.server.models import ErrorResponse
 
 _DESCRIPTIONS = {
     400: "Bad request: invalid JSON, or an unsupported option",

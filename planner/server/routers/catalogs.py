@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from planner.errors import PlannerError
-from server.models import (
+from planner.server.models import (
     CatalogDeleted,
     CatalogDetail,
     CatalogList,
@@ -28,8 +28,8 @@ from server.models import (
     CatalogValidation,
     CatalogWritten,
 )
-from server.routers import error_responses
-from server.service import (
+from planner.server.routers import error_responses
+from planner.server.service import (
     REQUEST_FILE,
     ApiError,
     CatalogFile,
