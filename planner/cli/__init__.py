@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "planner.cli.serve_cmds",
     "planner.cli.lower_cmds",
     "planner.cli.survey_cmds",
+    "planner.cli.report_cmds",
 )
 
 #: Exit statuses (also in ``planner --help``).

@@ -16,21 +16,39 @@ states are carried the same way through the Memory handle, which is stable (it i
 movable, not copyable: ``copy.copy`` raises).  Limitation: two Python names bound
 to one handle before a region cannot be told apart; rebind only one of them.
 
-Every op records the user's file and line (the first frame outside ``planner``).
+Every op records the user's file, line and 1-based column (the first frame outside
+``planner``; the column comes from ``co_positions()`` of the frame's current
+instruction).  Mistakes the DSL can see while tracing are refused at that position with
+a :class:`PlannerError` whose message ends with the source line and a caret:
+
+* storing a tile into a window ``Y(coord(...), shape(...))`` of another shape;
+* a reduction axis outside ``[-rank, rank)`` (negative axes count from the end, as in
+  numpy: ``axis=-1`` is the last);
+* a view annotation with a bare int for its extents (``TensorView[f32, 2]``; the
+  extents are spelled ``dims("M", "N")``);
+* any other Python exception raised by the kernel body, located at the last traceback
+  frame in the user's code.
+
+An output (writable) view that the kernel never stores is not an error (the view keeps
+what it held), but capture warns (:class:`DslWarning`) and ``planner run --check``
+catches it against the example's numpy reference.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
+import itertools
+import linecache
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from planner.errors import SourceLoc, error
+from planner.errors import PlannerError, SourceLoc, error
 from planner.ir import core
 from planner.ir.core import (
     Axis,
@@ -67,11 +85,49 @@ def _user_frame() -> FrameType | None:
     return frame
 
 
+def _column(code: Any, lasti: int) -> int:
+    """1-based start column of the instruction at byte offset ``lasti`` (0: unknown)."""
+    if lasti < 0:
+        return 0
+    try:
+        pos = next(itertools.islice(code.co_positions(), lasti // 2, None), None)
+    except (AttributeError, ValueError):
+        return 0
+    return pos[2] + 1 if pos is not None and pos[2] is not None else 0
+
+
+def _frame_loc(frame: FrameType) -> SourceLoc:
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno,
+                     _column(frame.f_code, frame.f_lasti))
+
+
 def _user_loc() -> SourceLoc:
     frame = _user_frame()
     if frame is None:
         return SourceLoc("<python>", 0)
-    return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+    return _frame_loc(frame)
+
+
+def _excerpt(loc: SourceLoc) -> str:
+    """The source line of ``loc`` and a caret under its column ("" when unreadable)."""
+    src = linecache.getline(loc.file, loc.line).rstrip("\n") if loc.line > 0 else ""
+    if not src.strip():
+        return ""
+    if not loc.col:
+        return src
+    lead = "".join(c if c == "\t" else " " for c in src[: loc.col - 1])
+    return f"{src}\n{lead}^"
+
+
+def _user_error(message: str, loc: SourceLoc | None = None, rule: str = "") -> PlannerError:
+    """A PlannerError at the user's position, its message ending with the source excerpt."""
+    loc = _user_loc() if loc is None else loc
+    excerpt = _excerpt(loc)
+    return error(f"{message}\n{excerpt}" if excerpt else message, loc, rule=rule)
+
+
+class DslWarning(UserWarning):
+    """A kernel the DSL captured but that is probably wrong (an output never stored)."""
 
 
 # --------------------------------------------------------------------------- tracer state
@@ -348,12 +404,25 @@ def cast(x: Tile, dtype: DType) -> Tile:
     return _new(core.CastOp(x.value, dtype))
 
 
+def _reduce_axis(what: str, x: Tile, axis: int) -> int:
+    """``axis`` in ``[-rank, rank)``; a negative one counts from the end (numpy's rule)."""
+    rank = x.type.rank
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
+        valid = f"-{rank}..{rank - 1}" if rank else "none: a rank-0 tile has no axes"
+        raise _user_error(f"{what}(axis={axis!r}) on a rank-{rank} tile "
+                          f"[{', '.join(map(str, x.shape))}]: the axis must be in "
+                          f"[-{rank}, {rank}) (valid: {valid})")
+    return axis % rank
+
+
 def reduce_sum(x: Tile, axis: int) -> Tile:
-    return _new(core.ReduceOp(ReduceFn.SUM, x.value, axis % x.type.rank))
+    """Sum over ``axis``, in ``[-rank, rank)`` (negative counts from the end)."""
+    return _new(core.ReduceOp(ReduceFn.SUM, x.value, _reduce_axis("reduce_sum", x, axis)))
 
 
 def reduce_max(x: Tile, axis: int) -> Tile:
-    return _new(core.ReduceOp(ReduceFn.MAX, x.value, axis % x.type.rank))
+    """Maximum over ``axis``, in ``[-rank, rank)`` (negative counts from the end)."""
+    return _new(core.ReduceOp(ReduceFn.MAX, x.value, _reduce_axis("reduce_max", x, axis)))
 
 
 def broadcast(x: Tile, to: Shape | Sequence[IntLike], dims: Sequence[int]) -> Tile:
@@ -411,7 +480,19 @@ class SubView:
         return self.view._load(self.offsets, self.extents, fill)
 
     def store(self, tile: Tile) -> None:
+        """Store ``tile``, whose shape must be the window's declared shape."""
+        if len(tile.shape) != len(self.extents) or any(
+                not _same_extent(a, b) for a, b in zip(tile.shape, self.extents, strict=False)):
+            name = self.view.value.name_hint or "view"
+            raise _user_error(
+                f"store of a tile of shape [{', '.join(map(str, tile.shape))}] into a window "
+                f"of {name} declared with shape [{', '.join(map(str, self.extents))}]: the "
+                "shapes must match (declare the window with the tile's shape)")
         self.view._store(self.offsets, tile)
+
+
+def _same_extent(a: Expr, b: Expr) -> bool:
+    return a == b or str(a) == str(b)
 
 
 class TensorView:
@@ -432,6 +513,14 @@ class TensorView:
         dtype, *dims = item if isinstance(item, tuple) else (item,)
         if len(dims) == 1 and isinstance(dims[0], tuple):
             dims = list(dims[0])
+        elif any(isinstance(d, int) for d in dims):
+            dt = (f"const({dtype.dtype.value})" if isinstance(dtype, _Const)
+                  else getattr(dtype, "value", repr(dtype)))
+            given = ", ".join(map(repr, dims))
+            raise _user_error(
+                f"TensorView[{dt}, {given}]: the extents of a view are spelled dims(...), "
+                f"one per dimension, e.g. TensorView[{dt}, dims(\"M\", \"N\")] (a bare "
+                f"int is not a rank; a fixed extent is dims({given}))")
         readonly = isinstance(dtype, _Const)
         base = dtype.dtype if isinstance(dtype, _Const) else dtype
         return ViewSpec(base, tuple(as_expr(d) if not isinstance(d, str) else sym(d)
@@ -723,7 +812,7 @@ def tile_kernel(name: str) -> Callable[[Callable[..., None]], Kernel]:
         for pname in sig.parameters:
             spec = hints.get(pname)
             if isinstance(spec, str):
-                spec = eval(spec, fn.__globals__)
+                spec = _eval_annotation(fn, pname, spec)
             if not isinstance(spec, ViewSpec):
                 raise error(f"parameter {pname!r} of kernel {name!r} must be annotated as "
                             "TensorView[dtype, extents...]", _loc_of(fn))
@@ -736,9 +825,17 @@ def tile_kernel(name: str) -> Callable[[Callable[..., None]], Kernel]:
         token = _TRACER.set(tracer)
         try:
             fn(*handles)
+        except PlannerError:
+            raise
+        except Exception as exc:
+            loc = _raise_loc(exc) or _loc_of(fn)
+            raise _user_error(f"kernel {name!r} raised {type(exc).__name__}: {exc}",
+                              loc) from exc
         finally:
             _TRACER.reset(token)
-        return Kernel(name, params, body, _loc_of(fn))
+        kernel = Kernel(name, params, body, _loc_of(fn))
+        _warn_unstored(kernel)
+        return kernel
 
     return capture
 
@@ -746,6 +843,58 @@ def tile_kernel(name: str) -> Callable[[Callable[..., None]], Kernel]:
 def _loc_of(fn: Callable[..., Any]) -> SourceLoc:
     code = fn.__code__
     return SourceLoc(code.co_filename, code.co_firstlineno)
+
+
+def _raise_loc(exc: BaseException) -> SourceLoc | None:
+    """Where ``exc`` was raised in the user's code: the traceback's last user frame."""
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        if not _library_frame(tb.tb_frame.f_code.co_filename):
+            found = SourceLoc(tb.tb_frame.f_code.co_filename, tb.tb_lineno,
+                              _column(tb.tb_frame.f_code, tb.tb_lasti))
+        tb = tb.tb_next
+    return found
+
+
+def _eval_annotation(fn: Callable[..., Any], pname: str, text: str) -> Any:
+    """A string annotation (``from __future__ import annotations``), evaluated now;
+    a DSL error in it is located at the annotation in the user's source."""
+    try:
+        return eval(text, fn.__globals__)
+    except PlannerError as exc:
+        loc = _annotation_loc(fn, pname) or _loc_of(fn)
+        d = exc.diagnostics[0]
+        message = d.message.split("\n", 1)[0]
+        raise _user_error(message, loc, d.rule) from None
+
+
+def _annotation_loc(fn: Callable[..., Any], pname: str) -> SourceLoc | None:
+    import ast
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    src = "".join(lines)
+    dedent = len(lines[0]) - len(lines[0].lstrip())
+    try:
+        tree = ast.parse(textwrap.dedent(src))
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == pname and node.annotation is not None:
+            ann = node.annotation
+            return SourceLoc(fn.__code__.co_filename, first + ann.lineno - 1,
+                             ann.col_offset + dedent + 1)
+    return None
+
+
+def _warn_unstored(kernel: Kernel) -> None:
+    from planner.ir.verify import unstored_outputs
+
+    for d in unstored_outputs(kernel):
+        warnings.warn_explicit(d.message, DslWarning, d.loc.file, d.loc.line)
 
 
 f32, f16, bf16, i32 = DType.F32, DType.F16, DType.BF16, DType.I32

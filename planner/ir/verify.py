@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.errors import Diagnostic, PlannerError, Severity, SourceLoc
 from planner.ir import core
 from planner.ir.core import Block, Kernel, LoopOp, Op, ParallelOp, ResourceClass, Value
 from planner.ir.dtypes import DType
@@ -84,6 +84,21 @@ def collect_diagnostics(kernel: Kernel, bindings: Mapping[str, int] | None = Non
     v = _Verifier(kernel, dict(bindings or {}), checked)
     v.run()
     return diags + v.diags
+
+
+def unstored_outputs(kernel: Kernel) -> list[Diagnostic]:
+    """A warning for each writable view the kernel never stores into.
+
+    Not an error (the view keeps what it held, and the IR is well formed), so
+    :func:`verify` does not raise it; the frontend warns at capture and
+    ``planner run --check`` catches the missing output against a numpy reference.
+    """
+    stored = {id(op.view) for op in kernel.walk() if isinstance(op, core.StoreOp)}
+    return [Diagnostic(f"output view {value_name(p)} of kernel {kernel.name!r} is never "
+                       "stored: it keeps whatever it held before the kernel ran",
+                       kernel.loc, "", Severity.WARNING)
+            for p in kernel.params
+            if isinstance(p.type, ViewType) and not p.type.readonly and id(p) not in stored]
 
 
 def value_name(v: Value) -> str:

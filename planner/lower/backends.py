@@ -14,9 +14,14 @@ operations every backend offers:
   :func:`planner.lower.cpu.compile_kernel`; ``msl``: Metal Shading Language from
   :func:`planner.lower.metal.emitter.emit_msl`), refusing a form it does not print;
 * :meth:`Backend.run` — run the plan on random inputs and, with ``check``, compare
-  every output with the reference interpreter (CPU: JIT-compiled native code, timed;
-  Metal: the Linux emulator in several thread orders, also against the example's own
-  numpy reference), returned as a :class:`RunResult`.
+  every output with the reference interpreter and, when the kernel is an example's
+  (a :class:`LoadedKernel` with its ``reference(inputs)``), with the example's own
+  numpy reference too (CPU: JIT-compiled native code, timed; Metal: the Linux
+  emulator in several thread orders), returned as a :class:`RunResult`.  Both
+  backends go through one check path (``_references`` and ``_compare_runs``): one
+  line per output, run and reference, and a summary naming each reference's result.
+  An output the kernel never stores keeps its zeros, so it matches the interpreter
+  but not a numpy reference: ``run --check`` fails naming it.
 
 A target whose catalog names no backend (``backend: null``: ``nvidia-h100``,
 ``npu-systolic``, ...) is planning-only; :func:`backend_for` refuses it with a
@@ -86,6 +91,76 @@ def compare_output(got: np.ndarray, want: np.ndarray, rtol: float = 1e-4, atol: 
     ok = got.shape == want.shape and bool(
         np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
     return ok, max_abs_error(got, want) if got.shape == want.shape else float("inf")
+
+
+#: How lines and verdicts name the two references an output is compared with.
+INTERPRETER = "reference interpreter"
+NUMPY_REFERENCE = "example's numpy reference"
+_SHORT = {INTERPRETER: "reference interpreter", NUMPY_REFERENCE: "numpy reference"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Comparison:
+    """Every output of every run compared with every reference (the one check path)."""
+
+    lines: tuple[str, ...]
+    #: reference name -> (outputs that differ, with the run's label; worst error)
+    failed: dict[str, tuple[list[str], float]]
+    references: tuple[str, ...]
+    worst: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def account(self) -> str:
+        """One clause per reference: ``reference interpreter ok, numpy reference: Z``."""
+        return ", ".join(
+            f"{_SHORT[r]}: MISMATCH on {', '.join(self.failed[r][0])}" if r in self.failed
+            else f"{_SHORT[r]} ok" for r in self.references)
+
+
+def _references(kernel: Kernel, loaded: LoadedKernel | None, inputs: Mapping[str, np.ndarray],
+                bindings: Mapping[str, int]) -> dict[str, dict[str, np.ndarray]]:
+    """The reference interpreter's outputs and, for an example, its numpy reference's."""
+    from planner.ir.interpreter import interpret
+
+    refs = {INTERPRETER: interpret(kernel, inputs, bindings)}
+    independent = loaded.expected({k: v.copy() for k, v in inputs.items()}) \
+        if loaded is not None else None
+    if independent:
+        refs[NUMPY_REFERENCE] = independent
+    return refs
+
+
+def _compare_runs(runs: Sequence[tuple[str, Mapping[str, np.ndarray], str]],
+                  references: Mapping[str, Mapping[str, np.ndarray]], rtol: float,
+                  atol: float) -> _Comparison:
+    """Compare each run's outputs (``(label, outputs, facts)``; label "" for a single run)
+    with each reference; an output a reference names but the run lacks is a mismatch."""
+    lines: list[str] = []
+    failed: dict[str, tuple[list[str], float]] = {}
+    worst = 0.0
+    for label, outputs, facts in runs:
+        lead = f"{label}: " if label else ""
+        tail = f" ({facts})" if facts else ""
+        for ref_name, expected in references.items():
+            for name, want in expected.items():
+                got = outputs.get(name)
+                if got is None:
+                    ok, err = False, float("inf")
+                    lines.append(f"  {lead}{name} vs the {ref_name}: the kernel has no such "
+                                 f"output MISMATCH{tail}")
+                else:
+                    ok, err = compare_output(np.asarray(got), want, rtol, atol)
+                    lines.append(f"  {lead}{name} vs the {ref_name}: max abs error {err:.3g} "
+                                 f"{'ok' if ok else 'MISMATCH'}{tail}")
+                worst = max(worst, err)
+                if not ok:
+                    names, w = failed.get(ref_name, ([], 0.0))
+                    names.append(f"{name} ({label} order)" if label else name)
+                    failed[ref_name] = (names, max(w, err))
+    return _Comparison(tuple(lines), failed, tuple(references), worst)
 
 
 # -- the records ------------------------------------------------------------------------
@@ -190,8 +265,8 @@ class Backend:
         reference interpreter; a mismatch is reported in the result, not raised.
 
         ``threads`` and ``repeat`` (timed runs) apply to backends that time their code.
-        A :class:`LoadedKernel` of an example also brings the example's numpy reference
-        to backends that compare with it (Metal).
+        A :class:`LoadedKernel` of an example also brings the example's numpy reference,
+        which every backend compares with as well.
         """
         self.require(target)
         return self.runner(kernel, plan, target, bindings, check=check, seed=seed,
@@ -246,10 +321,10 @@ def _cpu_unavailable(target: Target) -> str | None:
 def _cpu_run(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None, target: Target,
              bindings: Mapping[str, int], *, check: bool, seed: int, rtol: float,
              atol: float, threads: int | None, repeat: int) -> RunResult:
-    from planner.ir.interpreter import interpret, random_inputs
+    from planner.ir.interpreter import random_inputs
     from planner.lower.cpu import compile_kernel
 
-    kernel, _ = _split(kernel)
+    kernel, loaded = _split(kernel)
     start = time.perf_counter()
     compiled = compile_kernel(kernel, plan, target, threads=threads)
     compile_s = time.perf_counter() - start
@@ -267,24 +342,18 @@ def _cpu_run(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None, ta
               f"{run_s * 1e3:.3f} ms (median of {len(times)})")
     if not check:
         return RunResult(header, (), None, 0.0, "", f"ran in {run_s * 1e3:.1f} ms (unchecked)")
-    expected = interpret(kernel, inputs, bindings)
-    worst = 0.0
-    bad: list[str] = []
-    lines: list[str] = []
-    for name, want in expected.items():
-        ok, err = compare_output(outputs[name], want, rtol, atol)
-        worst = max(worst, err)
-        lines.append(f"  {name}: max abs error {err:.3g} {'ok' if ok else 'MISMATCH'}")
-        if not ok:
-            bad.append(name)
-    if bad:
-        verdict = (f"compiled {kernel.name} disagrees with the reference interpreter on "
-                   f"{', '.join(bad)}: max abs error {worst:.3g} (rtol {rtol}, atol {atol})")
+    cmp = _compare_runs([("", outputs, "")], _references(kernel, loaded, inputs, bindings),
+                        rtol, atol)
+    if cmp.failed:
+        clauses = "; ".join(f"with the {r} on {', '.join(names)}: max abs error {w:.3g}"
+                            for r, (names, w) in cmp.failed.items())
+        verdict = (f"compiled {kernel.name} disagrees {clauses} (rtol {rtol}, atol {atol})")
     else:
-        verdict = f"check ok: matches the reference interpreter (max abs error {worst:.3g})"
-    summary = (f"{'MISMATCH' if bad else 'matches reference'} (max err {worst:.1e}, "
-               f"{run_s * 1e3:.1f} ms)")
-    return RunResult(header, tuple(lines), not bad, worst, verdict, summary)
+        verdict = (f"check ok: matches the {' and the '.join(cmp.references)} (max abs error "
+                   f"{cmp.worst:.3g})")
+    summary = (f"{'MISMATCH' if cmp.failed else 'matches reference'} ({cmp.account()}; "
+               f"max err {cmp.worst:.1e}, {run_s * 1e3:.1f} ms)")
+    return RunResult(header, cmp.lines, cmp.ok, cmp.worst, verdict, summary)
 
 
 # -- Metal ------------------------------------------------------------------------------
@@ -318,7 +387,7 @@ def check_metal(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None,
     that faults or diverges at a barrier raises the emulator's ``KernelFault``.
     ``emit`` replaces :func:`~planner.lower.metal.emitter.emit_msl` (tests break it).
     """
-    from planner.ir.interpreter import interpret, random_inputs
+    from planner.ir.interpreter import random_inputs
     from planner.lower.metal.emitter import emit_msl
     from planner.lower.metal.runtime import run_msl_kernel
 
@@ -327,41 +396,33 @@ def check_metal(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None,
     msl = (emit or emit_msl)(kernel, plan, target)
     emit_s = time.perf_counter() - start
     inputs = random_inputs(kernel, bindings, seed)
-    references = {"reference interpreter": interpret(kernel, inputs, bindings)}
-    independent = loaded.expected(inputs) if loaded is not None else None
-    if independent:
-        references["example's numpy reference"] = independent
+    references = _references(kernel, loaded, inputs, bindings)
     groups = msl.grid(bindings)[0]
     header = (f"{kernel.name} on {target.name} ({_plan_label(plan)} plan, {_shown(bindings)}): "
               f"Metal kernel `{msl.kernel_name}`, {groups} threadgroups x "
               f"{msl.threads_per_group} threads, threadgroup memory "
               f"{msl.threadgroup_bytes:,} B, emitted in {emit_s:.2f} s")
-    lines: list[str] = []
-    bad: list[str] = []
-    worst = 0.0
+    runs: list[tuple[str, Mapping[str, np.ndarray], str]] = []
     for order in orders:
         run = run_msl_kernel(kernel, msl, inputs, bindings, order=order, seed=seed)
         rep = run.report
         facts = (f"{rep.barriers_passed} barriers passed, {rep.elapsed_s:.3f} s"
                  if rep is not None else "no threadgroups to run")
-        for ref_name, expected in references.items():
-            for name, want in expected.items():
-                ok, err = compare_output(run.outputs[name], want, rtol, atol)
-                worst = max(worst, err)
-                lines.append(f"  {order}: {name} vs the {ref_name}: max abs error {err:.3g} "
-                             f"{'ok' if ok else 'MISMATCH'} ({facts})")
-                if not ok:
-                    bad.append(f"{name} ({order} order, vs the {ref_name})")
+        runs.append((order, run.outputs, facts))
+    cmp = _compare_runs(runs, references, rtol, atol)
     total_s = time.perf_counter() - start
     how = "+".join(orders)
-    if bad:
+    if cmp.failed:
+        bad = [f"{n[:-1]}, vs the {r})" for r, (names, _) in cmp.failed.items() for n in names]
         verdict = f"check FAILED: {', '.join(bad)} (rtol {rtol}, atol {atol})"
-        summary = f"emulated Metal MISMATCH: {', '.join(bad)} (max err {worst:.1e})"
+        summary = (f"emulated Metal MISMATCH: {', '.join(bad)} ({cmp.account()}; max err "
+                   f"{cmp.worst:.1e})")
     else:
-        verdict = (f"check ok: the emulated Metal kernel matches in {len(orders)} thread "
-                   f"order{'s' if len(orders) != 1 else ''} (max abs error {worst:.3g})")
-        summary = f"emulated Metal matches reference ({how}, {total_s:.1f} s)"
-    return RunResult(header, tuple(lines), not bad, worst, verdict, summary, rule="msl-check")
+        verdict = (f"check ok: the emulated Metal kernel matches the "
+                   f"{' and the '.join(cmp.references)} in {len(orders)} thread "
+                   f"order{'s' if len(orders) != 1 else ''} (max abs error {cmp.worst:.3g})")
+        summary = f"emulated Metal matches reference ({cmp.account()}; {how}, {total_s:.1f} s)"
+    return RunResult(header, cmp.lines, cmp.ok, cmp.worst, verdict, summary, rule="msl-check")
 
 
 def _metal_run(kernel: Kernel | LoadedKernel, plan: MaterializationPlan | None,

@@ -381,27 +381,69 @@ def proof_summary(plan: MaterializationPlan) -> str:
 _COLOURS = {Decision.VIRTUAL: "forestgreen", Decision.FUSED: "royalblue",
             Decision.RECOMPUTED: "darkorange", Decision.MATERIALIZED: "firebrick"}
 
+#: One letter per decision, as the legend (``--dot``, the HTML report) lists them.
+DECISION_LETTERS = {Decision.VIRTUAL: "V", Decision.FUSED: "F", Decision.RECOMPUTED: "R",
+                    Decision.MATERIALIZED: "M"}
 
-def _quote(text: str) -> str:
-    """A DOT string; ``\\n`` inside stays Graphviz's line break."""
-    return '"' + text.replace('"', '\\"') + '"'
+
+def _dot_text(*lines: str) -> str:
+    """A quoted DOT label of literal lines: backslashes and quotes escaped (so Graphviz
+    expands no ``\\N``-style escape in a name), lines joined by Graphviz's ``\\n``."""
+    return '"' + "\\n".join(x.replace("\\", "\\\\").replace('"', '\\"') for x in lines) + '"'
+
+
+def _html_text(text: str) -> str:
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def plan_nodes(plan: MaterializationPlan) -> list[tuple[str, str, int]]:
+    """The dataflow graph's nodes as ``(name, op kind, program point)`` in program order:
+    a producer at its value's definition point, a consumer at the edge's last use."""
+    kind: dict[str, str] = {}
+    point: dict[str, int] = {}
+    for e in plan.edges:
+        for name, k, at in ((e.producer, e.producer_kind, e.lifetime[0]),
+                            (e.consumer, e.consumer_kind, e.lifetime[1])):
+            if k and not kind.get(name):
+                kind[name] = k
+            kind.setdefault(name, "")
+            point[name] = min(point.get(name, at), at)
+    order = {n: i for i, n in enumerate(kind)}
+    names = sorted(kind, key=lambda n: (point[n], order[n]))
+    return [(n, kind[n], point[n]) for n in names]
+
+
+def _dot_legend() -> list[str]:
+    rows = "".join(f'<tr><td>{DECISION_LETTERS[d]}</td><td bgcolor="{c}"> </td>'
+                   f"<td>{_html_text(d.value)}</td></tr>" for d, c in _COLOURS.items())
+    return ["  subgraph cluster_legend {", '    label="decisions";',
+            '    legend [shape=plaintext, label=<<table border="0" cellborder="1" '
+            f'cellspacing="0">{rows}</table>>];', "  }"]
 
 
 def plan_to_dot(plan: MaterializationPlan) -> str:
-    """A Graphviz digraph of the dataflow, edges coloured by decision."""
+    """A Graphviz digraph of the dataflow in program order, edges coloured by decision
+    (the legend cluster lists the colours).  Node ids are ``n0``, ``n1``, ... and each
+    node's label is its value name and op kind: Graphviz keeps ids like ``%0`` for its
+    own anonymous nodes and renames a node so named, quoted or not."""
     title = f"{plan.kernel} on {plan.target}: {plan.status.value}, {plan.objective:,} ns"
-    lines = [f"digraph {_quote(plan.kernel)} {{", "  rankdir=TB;",
+    lines = [f"digraph {_dot_text(plan.kernel)} {{", "  rankdir=TB;",
              '  node [shape=box, fontname="monospace", fontsize=10];',
-             f"  label={_quote(title)};"]
-    nodes = dict.fromkeys(n for e in plan.edges for n in (e.producer, e.consumer))
-    lines += [f"  {_quote(n)};" for n in nodes]
+             f"  label={_dot_text(title)};"]
+    ids: dict[str, str] = {}
+    for name, kind, _ in plan_nodes(plan):
+        ids[name] = f"n{len(ids)}"
+        label = _dot_text(name, short_kind(kind)) if kind else _dot_text(name)
+        lines.append(f"  {ids[name]} [label={label}];")
     for e in plan.edges:
-        label = e.decision.value + (f"\\n{e.resource}" if e.resource else "")
-        if e.versions > 1:
-            label += f" x{e.versions}"
+        parts = [f"{DECISION_LETTERS[e.decision]} {e.decision.value}"]
+        if e.resource:
+            parts.append(e.resource + (f" x{e.versions}" if e.versions > 1 else ""))
         style = ", style=dashed" if e.decision in (Decision.FUSED, Decision.RECOMPUTED) else ""
-        lines.append(f"  {_quote(e.producer)} -> {_quote(e.consumer)} "
-                     f"[label={_quote(label)}, color={_COLOURS[e.decision]}, "
+        lines.append(f"  {ids[e.producer]} -> {ids[e.consumer]} "
+                     f"[label={_dot_text(*parts)}, color={_COLOURS[e.decision]}, "
                      f"fontcolor={_COLOURS[e.decision]}{style}];")
+    lines += _dot_legend()
     lines.append("}")
     return "\n".join(lines) + "\n"

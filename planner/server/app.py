@@ -1,7 +1,9 @@
 """The app factory: ``create_app(settings)`` wires the routers, the limits and the errors.
 
-Every error leaves as one JSON shape, ``{"error": {"kind", "message", "rule", "location",
-"diagnostics", ...}}`` (:class:`server.models.ErrorResponse`): a :class:`PlannerError`
+Every error leaves as one shape, an RFC 9457 problem details object
+(``application/problem+json``: ``type``, ``title``, ``status``, ``detail``, ``instance``,
+plus the extension members ``kind``, ``rule``, ``location``, ``diagnostics``, ...;
+:class:`server.models.ErrorResponse`, built in :func:`error_response`): a :class:`PlannerError`
 maps its ``kind`` to a status (unknown-target 404, too-large 413, unsupported 400, the
 rest 422); request validation is 422 (400 for a body that is not JSON); a body over
 ``max_body_bytes`` is 413 before any route runs.  An unexpected exception becomes a 500
@@ -26,8 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planner.errors import Diagnostic, PlannerError, SourceLoc
 from planner.server.metrics import Metrics
-from planner.server.models import ErrorResponse
-from planner.server.routers import catalogs, health, plan, schemas
+from planner.server.models import PROBLEM_MEDIA_TYPE, ErrorResponse
+from planner.server.routers import catalogs, docs, health, plan, schemas
 from planner.server.service import REQUEST_FILE, ApiError, Service
 from planner.server.settings import Settings
 
@@ -45,7 +47,9 @@ DESCRIPTION = """Plans tile kernels against target catalogs.
 
 Kernels are sent as the JSON IR or the text IR, never as Python: the service executes
 no submitted code. Catalog writes need a bearer token and an `If-Match` precondition.
-Every error body is `{"error": {"kind", "message", "rule", "location", "diagnostics"}}`.
+Every error body is an RFC 9457 problem (`application/problem+json`): `type`, `title`,
+`status`, `detail`, `instance`, and the extension members `kind`, `rule`, `location`,
+`diagnostics`, `explanation`, `request_id`.
 """
 
 
@@ -61,11 +65,13 @@ def create_app(settings: Settings) -> FastAPI:
             service.close()
 
     app = FastAPI(title="planner", version=health.package_version(), description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     for module in (health, plan, catalogs, schemas):
         app.include_router(module.router)
+    docs.install(app)
     _install_error_handlers(app)
+    _problem_media_type_only(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=service.metrics)
     return app
@@ -81,8 +87,32 @@ def _request_id(scope: Scope) -> str | None:
 
 def error_response(status: int, body: ErrorResponse, scope: Scope,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    body.error.request_id = _request_id(scope)
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    """The one place an error leaves: an RFC 9457 problem (``application/problem+json``)
+    with this response's ``status``, the request path as ``instance`` and the request id."""
+    body.status, body.instance = status, str(scope.get("path", ""))
+    body.request_id = _request_id(scope)
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers,
+                        media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _problem_media_type_only(app: FastAPI) -> None:
+    """OpenAPI: error responses are ``application/problem+json`` only (FastAPI adds the
+    route's JSON media type next to the one ``error_responses`` declares)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema.get("paths", {}).values():
+                for op in operations.values():
+                    for response in (op.get("responses") or {}).values():
+                        content = response.get("content") or {}
+                        if PROBLEM_MEDIA_TYPE in content:
+                            content.pop("application/json", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _install_error_handlers(app: FastAPI) -> None:

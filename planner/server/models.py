@@ -8,6 +8,7 @@ Plans, comparisons and kernels are documents defined by their own JSON Schemas
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
@@ -21,7 +22,7 @@ TargetName = Annotated[str, Field(
     description="a catalog target name (GET /v1/catalogs lists them)",
     examples=[DEFAULT_TARGET])]
 SymbolName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
-Bindings = Annotated[dict[SymbolName, Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(
+Bindings = Annotated[dict[SymbolName, Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]], Field(
     max_length=64, description="values of the kernel's size symbols",
     examples=[{"M": 256, "N": 256, "K": 128}])]
 #: The largest declared bound: a symbol's range must fit a signed 64-bit integer.
@@ -60,7 +61,7 @@ Bounds = Annotated[dict[SymbolName, tuple[BoundEnd, BoundEnd]], BeforeValidator(
                    Field(max_length=64, description="declared inclusive ranges [lo, hi] of the "
                          "kernel's size symbols (0 <= lo <= hi <= 2**63 - 1): the proofs range "
                          "over them where no binding fixes the symbol (default [0, 2**31 - 1]; "
-                         "the CLI's --bound NAME=LO..HI)",
+                         "e.g. {\"N\": [1, 4096]})",
                          examples=[{"M": [1, 65536], "N": [1, 4096]}])]
 KernelText = Annotated[str, Field(min_length=1, description="the generic text IR of one kernel")]
 KernelInput = Annotated[dict[str, Any] | KernelText, Field(
@@ -70,12 +71,62 @@ TimeLimit = Annotated[float | None, Field(
     gt=0, le=86400, description="solver time limit in seconds (capped by the server)")]
 
 
+#: Every form some backend emits (``planner.lower.backends.emit_forms()``; a test keeps
+#: the two equal).
+EmitForm = Literal["loops", "llvm", "asm", "msl"]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The text IR of softmax (``planner show softmax``, without locations): the kernel of
+#: every request example, so that an example sent from /docs succeeds as it stands.
+EXAMPLE_KERNEL = """\
+"tile.kernel"() <{sym_name = "softmax"}> ({
+^bb0(%X: view<[M, N], f32, const>, %Y: view<[M, N], f32>):
+  "region.parallel"() <{label = "block_m", axes = [#axis<block_m = ceildiv(M, 4)>], \
+scope = "AUTOMATIC"}> ({
+    %0 = "tile.load"(%X) <{offsets = [4 * %block_m, 0], shape = [4, N], fill = 0.0}> : \
+(view<[M, N], f32, const>) -> (tile<[4, N], f32>)
+    %1 = "tile.reduce"(%0) <{fn = #reduce<max>, axis = 1}> : (tile<[4, N], f32>) -> \
+(tile<[4], f32>)
+    %2 = "tile.broadcast"(%1) <{shape = [4, N], dims = [0]}> : (tile<[4], f32>) -> \
+(tile<[4, N], f32>)
+    %3 = "tile.binary"(%0, %2) <{fn = #binary<sub>}> : (tile<[4, N], f32>, \
+tile<[4, N], f32>) -> (tile<[4, N], f32>)
+    %4 = "tile.unary"(%3) <{fn = #unary<exp>}> : (tile<[4, N], f32>) -> (tile<[4, N], f32>)
+    %5 = "tile.reduce"(%4) <{fn = #reduce<sum>, axis = 1}> : (tile<[4, N], f32>) -> \
+(tile<[4], f32>)
+    %6 = "tile.broadcast"(%5) <{shape = [4, N], dims = [0]}> : (tile<[4], f32>) -> \
+(tile<[4, N], f32>)
+    %7 = "tile.binary"(%4, %6) <{fn = #binary<div>}> : (tile<[4, N], f32>, \
+tile<[4, N], f32>) -> (tile<[4, N], f32>)
+    "tile.store"(%Y, %7) <{offsets = [4 * %block_m, 0]}> : (view<[M, N], f32>, \
+tile<[4, N], f32>) -> ()
+  }) : () -> ()
+}) : () -> ()
+"""
+EXAMPLE_BINDINGS = {"M": 100, "N": 70}
+_EXAMPLE = {"kernel": EXAMPLE_KERNEL, "bindings": EXAMPLE_BINDINGS}
+#: One request example per body model (also the media-type examples of the routes).
+REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
+    "PlanRequest": {**_EXAMPLE, "target": DEFAULT_TARGET},
+    "LowerRequest": {**_EXAMPLE, "target": DEFAULT_TARGET, "emit": "loops"},
+    "CheckRequest": {**_EXAMPLE, "target": DEFAULT_TARGET},
+    "CompareRequest": {**_EXAMPLE, "variants": [{"target": "x86-avx2"},
+                                                {"target": "apple-m2"}]},
+}
+
+
+def _with_example(name: str) -> ConfigDict:
+    return ConfigDict(extra="forbid", json_schema_extra={"examples": [REQUEST_EXAMPLES[name]]})
+
+
 class PlanRequest(_Body):
     """One kernel, one target: plan it."""
+
+    model_config = _with_example("PlanRequest")
 
     kernel: KernelInput
     target: TargetName = DEFAULT_TARGET
@@ -89,15 +140,21 @@ class PlanRequest(_Body):
 class LowerRequest(PlanRequest):
     """Plan a kernel (or reuse the cached plan) and emit code for it."""
 
-    emit: Literal["loops", "llvm", "asm", "msl"] = Field(
-        "llvm", description="a form the target's backend emits (planner.lower.backends): "
-        "loops: the scheduled loop program (every backend); llvm: optimized LLVM IR, asm: "
-        "assembly (llvm-cpu targets); msl: Metal Shading Language (metal targets). Any "
-        "other pairing, and every planning-only target, is 400 unsupported")
+    model_config = _with_example("LowerRequest")
+
+    emit: EmitForm | None = Field(
+        None, description="a form the target's backend emits (planner.lower.backends), as "
+        "`planner lower --emit`: loops: the scheduled loop program (every backend); llvm: "
+        "optimized LLVM IR, asm: assembly (llvm-cpu targets); msl: Metal Shading Language "
+        "(metal targets). Default: the backend's default form (msl on metal targets, else "
+        "loops). Any other pairing, and every planning-only target, is 400 unsupported "
+        "naming the forms the target's backend emits")
 
 
 class CheckRequest(_Body):
     """Verify a kernel and run the target's proofs; no planning."""
+
+    model_config = _with_example("CheckRequest")
 
     kernel: KernelInput
     target: TargetName = DEFAULT_TARGET
@@ -123,6 +180,8 @@ class CompareVariant(_Body):
 
 class CompareRequest(_Body):
     """One kernel planned under several targets, policies or baselines."""
+
+    model_config = _with_example("CompareRequest")
 
     kernel: KernelInput
     bindings: Bindings = {}
@@ -155,32 +214,67 @@ class DiagnosticModel(BaseModel):
     notes: list[Note] = []
 
 
-class ErrorInfo(BaseModel):
+#: The base of the ``type`` URI of every problem: ``PROBLEM_BASE + kind``.
+PROBLEM_BASE = "https://planner.invalid/problems/"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+_CLI_BIND = re.compile(r"--bind ([A-Za-z_][A-Za-z0-9_]*)=(-?\d+)")
+_CLI_BOUNDS = re.compile(r"--bound [A-Za-z_]\w*=[^\s,;)]*(?: --bound [A-Za-z_]\w*=[^\s,;)]*)*")
+_CLI_BOUND_ONE = re.compile(r"--bound ([A-Za-z_][A-Za-z0-9_]*)=(\d*)\.\.(\d*)")
+
+
+def api_wording(text: str) -> str:
+    """``text`` with the CLI's flags (``--bind N=128``, ``--bound N=1..``) spelled as the
+    request members they stand for (``"bindings": {"N": 128}``, ``"bounds": {"N": [1, ...]}``).
+
+    The library's messages name the CLI's flags; an HTTP client sets request members.
+    """
+    def bounds(m: re.Match[str]) -> str:
+        pairs = [f'"{name}": [{lo or 0}, {hi or 2**31 - 1}]'
+                 for name, lo, hi in _CLI_BOUND_ONE.findall(m.group(0))]
+        return '"bounds": {' + ", ".join(pairs) + "}" if pairs else '"bounds"'
+
+    text = _CLI_BIND.sub(lambda m: f'"bindings": {{"{m.group(1)}": {m.group(2)}}}', text)
+    text = _CLI_BOUNDS.sub(bounds, text)
+    return text.replace("--bound", '"bounds"').replace("--bind", '"bindings"')
+
+
+def _title(kind: str) -> str:
+    return kind.replace("-", " ").capitalize()
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx and 5xx response: an RFC 9457 problem details object
+    (``application/problem+json``) whose extension members locate the problem."""
+
+    type: str = Field(description="a URI naming the problem type: " + PROBLEM_BASE + "<kind>")
+    title: str = Field(description="a short summary of the problem type")
+    status: int = Field(description="the HTTP status code of this response")
+    detail: str = Field(description="what went wrong in this request")
+    instance: str = Field("", description="the request path")
     kind: str = Field(description="machine-readable class: parse, invalid-ir, catalog, "
                       "unknown-target, too-large, infeasible, unsupported, validation, ...")
-    message: str
     rule: str = ""
     location: Location | None = None
     diagnostics: list[DiagnosticModel] = []
     explanation: list[str] = Field([], description="infeasible plans: the violated groups")
     request_id: str | None = None
 
-
-class ErrorResponse(BaseModel):
-    """The body of every 4xx and 5xx response."""
-
-    error: ErrorInfo
-
     @classmethod
     def of(cls, kind: str, message: str, diagnostics: list[Diagnostic] | None = None,
            **extra: Any) -> ErrorResponse:
         diags = diagnostics or []
         first = diags[0] if diags else None
-        return cls(error=ErrorInfo(
-            kind=kind, message=message, rule=first.rule if first else "",
+        dumped = [DiagnosticModel.model_validate(d.to_json()) for d in diags]
+        for d in dumped:
+            d.message = api_wording(d.message)
+            for note in d.notes:
+                note.message = api_wording(note.message)
+        return cls(
+            type=PROBLEM_BASE + kind, title=_title(kind), status=500,
+            detail=api_wording(message), kind=kind, rule=first.rule if first else "",
             location=Location(file=first.loc.file, line=first.loc.line, col=first.loc.col)
-            if first else None,
-            diagnostics=[DiagnosticModel.model_validate(d.to_json()) for d in diags], **extra))
+            if first else None, diagnostics=dumped, **extra)
 
     @classmethod
     def from_planner_error(cls, exc: PlannerError, **extra: Any) -> ErrorResponse:

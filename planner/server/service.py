@@ -204,13 +204,14 @@ def compare_job(labelled: list[tuple[str, MaterializationPlan]]) -> dict[str, An
 EMITTERS: tuple[str, ...] = emit_forms()
 
 
-def check_emitter(emit: str, target: Target) -> None:
-    """400 unsupported unless ``target``'s backend emits ``emit`` (the registry's message).
+def check_emitter(emit: str | None, target: Target) -> str:
+    """The form to emit (``None``: the backend's default), or 400 unsupported unless
+    ``target``'s backend emits ``emit`` (the registry's message, naming its forms).
 
     Called before planning, so a request that cannot be lowered is refused at once;
     a planning-only target gets the message ``planner lower`` prints for it.
     """
-    backend_for(target).require(target, emit)
+    return backend_for(target).require(target, emit)
 
 
 # -- catalogs --------------------------------------------------------------------------

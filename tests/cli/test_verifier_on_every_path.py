@@ -161,10 +161,10 @@ def test_http_endpoint_reports_the_verifier_diagnostic(http: httpx.Client, bad: 
     _, bindings = _loaded(bad)
     r = http.post(url, json={"kernel": _source(bad, form), "bindings": bindings, **extra})
     assert r.status_code == 422, r.text
-    err = r.json()["error"]
+    err = r.json()  # an RFC 9457 problem with the verifier's members
     assert err["kind"] == "invalid-ir", err
     assert (err["rule"], err["location"]["line"]) == (bad.rule, bad.line), err
-    assert bad.says in err["message"], err
+    assert bad.says in err["detail"], err
     # JSON IR and printed Python keep the user's file; a text IR body is "<request>"
     want_file = "<request>" if bad.is_text_ir and form == "text" else bad.path.name
     assert Path(err["location"]["file"]).name == want_file, err

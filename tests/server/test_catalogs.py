@@ -43,7 +43,7 @@ def test_get_yaml_or_json_by_accept(client: httpx.Client) -> None:
 def test_unknown_catalog_is_404(client: httpx.Client) -> None:
     r = client.get("/v1/catalogs/no-such-target")
     assert r.status_code == 404
-    assert r.json()["error"]["kind"] == "unknown-target"
+    assert r.json()["kind"] == "unknown-target"
 
 
 def test_write_needs_the_token(client: httpx.Client, catalog_text: Text) -> None:
@@ -51,7 +51,7 @@ def test_write_needs_the_token(client: httpx.Client, catalog_text: Text) -> None
         r = client.put("/v1/catalogs/no-token", content=catalog_text("no-token"),
                        headers={**headers, "If-None-Match": "*"})
         assert r.status_code == 401, r.text
-        assert r.json()["error"]["kind"] == "unauthorized"
+        assert r.json()["kind"] == "unauthorized"
         assert r.headers["www-authenticate"] == "Bearer"
     assert client.get("/v1/catalogs/no-token").status_code == 404
 
@@ -62,7 +62,7 @@ def test_writes_disabled_without_a_token(tmp_path: Path, catalog_text: Text,
         r = c.put("/v1/catalogs/x", content=catalog_text("x"),
                   headers={"Authorization": "Bearer anything", "If-None-Match": "*"})
         assert r.status_code == 403
-        assert r.json()["error"]["kind"] == "writes-disabled"
+        assert r.json()["kind"] == "writes-disabled"
         assert c.get("/v1/catalogs").json()["writes_enabled"] is False
     assert list(tmp_path.iterdir()) == []
 
@@ -72,10 +72,11 @@ def test_create_then_update_with_etags(client: httpx.Client, auth: Headers, cata
     name = "etag-cpu"
     missing = client.put(f"/v1/catalogs/{name}", content=catalog_text(name), headers=auth)
     assert missing.status_code == 428
-    assert missing.json()["error"]["kind"] == "precondition-required"
+    assert missing.json()["kind"] == "precondition-required"
     created = client.put(f"/v1/catalogs/{name}", content=catalog_text(name),
                          headers={**auth, "If-None-Match": "*"})
-    assert created.status_code == 200, created.text
+    assert created.status_code == 201, created.text
+    assert created.headers["location"] == f"/v1/catalogs/{name}"
     assert created.json()["created"] is True
     etag = created.headers["etag"]
     again = client.put(f"/v1/catalogs/{name}", content=catalog_text(name),
@@ -89,7 +90,7 @@ def test_create_then_update_with_etags(client: httpx.Client, auth: Headers, cata
     stale = client.put(f"/v1/catalogs/{name}", content=catalog_text(name),
                        headers={**auth, "If-Match": etag})
     assert stale.status_code == 412
-    assert stale.json()["error"]["kind"] == "precondition-failed"
+    assert stale.json()["kind"] == "precondition-failed"
     assert stale.headers["etag"] == ok.headers["etag"]
     got = client.get(f"/v1/catalogs/{name}")
     assert got.headers["etag"] == ok.headers["etag"]
@@ -103,14 +104,14 @@ def test_invalid_catalog_is_422_with_located_messages(client: httpx.Client, auth
     bad = catalog_text("bad-cpu").replace("capacity: 512", "capacity: lots")
     r = client.put("/v1/catalogs/bad-cpu", content=bad, headers={**auth, "If-None-Match": "*"})
     assert r.status_code == 422
-    err = r.json()["error"]
+    err = r.json()
     assert err["kind"] == "catalog"
     assert err["location"]["file"] == "bad-cpu.yaml" and err["location"]["line"] > 1
     assert client.get("/v1/catalogs/bad-cpu").status_code == 404
     wrong_name = client.put("/v1/catalogs/other-name", content=catalog_text("bad-cpu"),
                             headers={**auth, "If-None-Match": "*"})
     assert wrong_name.status_code == 422
-    assert "does not match" in wrong_name.json()["error"]["message"]
+    assert "does not match" in wrong_name.json()["detail"]
 
 
 def test_validate_endpoint(client: httpx.Client, catalog_text: Text) -> None:
@@ -119,10 +120,10 @@ def test_validate_endpoint(client: httpx.Client, catalog_text: Text) -> None:
     assert ok["valid"] is True and ok["name"] == "v-cpu"
     bad = client.post("/v1/catalogs/validate", content="name: [1\n")
     assert bad.status_code == 422
-    err = bad.json()["error"]
+    err = bad.json()
     assert err["kind"] == "catalog" and err["location"] == {"file": "<request>", "line": 2,
                                                             "col": 1}
-    assert err["message"].startswith("invalid YAML")
+    assert err["detail"].startswith("invalid YAML")
 
 
 def test_override_builtin_then_delete_restores_it(client: httpx.Client, auth: Headers,

@@ -19,11 +19,13 @@ BINDINGS = SOFTMAX.bindings
 
 
 def error_of(r: httpx.Response, status: int, kind: str | None = None) -> dict[str, Any]:
-    """The error object of ``r``, which must have ``status`` (and ``kind``)."""
+    """The problem details of ``r`` (RFC 9457), which must have ``status`` (and ``kind``)."""
     assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    err: dict[str, Any] = r.json()["error"]
-    assert set(err) >= {"kind", "message", "rule", "location", "diagnostics", "request_id"}
+    assert r.headers["content-type"] == "application/problem+json"
+    err: dict[str, Any] = r.json()
+    assert set(err) >= {"type", "title", "status", "detail", "instance", "kind", "rule",
+                        "location", "diagnostics", "request_id"}
+    assert err["status"] == status and err["instance"] == r.request.url.path
     assert err["request_id"] == r.headers["x-request-id"]
     if kind is not None:
         assert err["kind"] == kind, err
@@ -33,7 +35,7 @@ def error_of(r: httpx.Response, status: int, kind: str | None = None) -> dict[st
 def test_body_over_the_limit_by_content_length(client: httpx.Client, live: Any) -> None:
     big = b" " * (live.settings.max_body_bytes + 1)
     r = client.post("/v1/plan", content=big, headers={"Content-Type": "application/json"})
-    assert "limit" in error_of(r, 413, "too-large")["message"]
+    assert "limit" in error_of(r, 413, "too-large")["detail"]
 
 
 def test_streamed_body_over_the_limit(client: httpx.Client, live: Any) -> None:
@@ -70,7 +72,7 @@ def test_graph_over_the_op_limit(client: httpx.Client, live: Any) -> None:
     too_big = _long_chain(live.settings.max_graph_ops + 1)
     err = error_of(client.post("/v1/plan", json={"kernel": too_big, "bindings": BINDINGS}),
                    413, "too-large")
-    assert f"more than {live.settings.max_graph_ops} ops" in err["message"]
+    assert f"more than {live.settings.max_graph_ops} ops" in err["detail"]
 
 
 @pytest.mark.parametrize(("content", "status", "kind"), [
@@ -91,12 +93,12 @@ def test_graph_over_the_op_limit(client: httpx.Client, live: Any) -> None:
 def test_malformed_requests(client: httpx.Client, content: bytes, status: int,
                             kind: str | None) -> None:
     r = client.post("/v1/plan", content=content, headers={"Content-Type": "application/json"})
-    assert error_of(r, status, kind)["message"]
+    assert error_of(r, status, kind)["detail"]
 
 
 def test_malformed_kernels_are_422_with_a_location(client: httpx.Client) -> None:
     r = client.post("/v1/plan", json={"kernel": {"name": "k", "params": [], "body": 3}})
-    assert error_of(r, 422, "invalid-ir")["message"].startswith("$.body")
+    assert error_of(r, 422, "invalid-ir")["detail"].startswith("$.body")
     source = "import os\nos.system('echo pwned')\n"  # Python is text IR that does not parse
     err = error_of(client.post("/v1/plan", json={"kernel": source}), 422, "parse")
     assert err["location"] == {"file": "<request>", "line": 1, "col": 1}
@@ -109,12 +111,12 @@ def test_deeply_nested_expressions_are_a_located_422(client: httpx.Client) -> No
     kernel = copy.deepcopy(KERNEL)
     kernel["params"][0]["type"]["shape"][0] = "(" * 2000 + "M" + ")" * 2000
     err = error_of(client.post("/v1/plan", json={"kernel": kernel, "bindings": BINDINGS}), 422)
-    assert "nested deeper than 64 levels" in err["message"]
+    assert "nested deeper than 64 levels" in err["detail"]
     text = print_kernel(SOFTMAX.kernel).replace("[M, N]", "[" + "(" * 2000 + "M" + ")" * 2000
                                                 + ", N]", 1)
     err = error_of(client.post("/v1/plan", json={"kernel": text, "bindings": BINDINGS}), 422,
                    "parse")
-    assert "nested deeper than 64 levels" in err["message"]
+    assert "nested deeper than 64 levels" in err["detail"]
 
 
 @pytest.mark.parametrize(("strides", "kind", "words"), [
@@ -129,13 +131,13 @@ def test_illegal_layout_is_422(client: httpx.Client, strides: list[int], kind: s
     alloc["attrs"]["layout"]["strides"] = strides
     r = client.post("/v1/plan", json={"kernel": kernel, "bindings": {"M": 64, "N": 64, "K": 32}})
     err = error_of(r, 422, kind)
-    assert words in err["message"] and err["diagnostics"]
+    assert words in err["detail"] and err["diagnostics"]
 
 
 def test_unknown_target_is_404_with_a_suggestion(client: httpx.Client) -> None:
     r = client.post("/v1/plan", json={"kernel": KERNEL, "bindings": BINDINGS,
                                       "target": "x86-avx"})
-    assert "did you mean 'x86-avx2'" in error_of(r, 404, "unknown-target")["message"]
+    assert "did you mean 'x86-avx2'" in error_of(r, 404, "unknown-target")["detail"]
 
 
 def test_unbound_symbols_are_422(client: httpx.Client) -> None:
@@ -162,7 +164,7 @@ def test_wrong_content_type_is_a_4xx(client: httpx.Client) -> None:
 def test_refuted_proof_is_422_but_compare_shows_the_plan(client: httpx.Client) -> None:
     body = {"kernel": KERNEL, "bindings": BINDINGS, "target": "npu-systolic"}
     err = error_of(client.post("/v1/plan", json=body), 422, "proof")
-    assert err["rule"] == "S20" and "can_access refuted" in err["message"]
+    assert err["rule"] == "S20" and "can_access refuted" in err["detail"]
     assert err["location"]["line"] > 0
     r = client.post("/v1/compare", json={"kernel": KERNEL, "bindings": BINDINGS, "variants": [
         {"target": "x86-avx2"}, {"target": "npu-systolic"}]})

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import (
+    positive_data_acceptance,
+    response_schema_conformance,
+)
+
+from planner.solve import plan_json_schema
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 
@@ -28,5 +34,12 @@ def api_schema(live: Any) -> Any:
 def test_api_never_fails_on_generated_input(case: Any, auth: dict[str, str]) -> None:
     # With the token, writes get past authentication to validation and preconditions.
     # Schema-valid kernels are mostly not valid IR: a 422 for them is the right answer.
-    case.call_and_validate(headers=auth, excluded_checks=[positive_data_acceptance],
-                           timeout=60)
+    # schemathesis 4.32 rewrites the plan schema's 2020-12 ``prefixItems`` into a list
+    # ``items`` and then rejects it (schemathesis/schemathesis#3842, #4099), so a plan
+    # (a 200 of /v1/plan, reached now that the OpenAPI example is a valid kernel) is
+    # checked against GET /v1/schemas/plan with jsonschema here instead.
+    plan_ok = case.path == "/v1/plan"
+    excluded = [positive_data_acceptance, *([response_schema_conformance] if plan_ok else [])]
+    response = case.call_and_validate(headers=auth, excluded_checks=excluded, timeout=60)
+    if plan_ok and response.status_code == 200:
+        jsonschema.validate(response.json(), plan_json_schema())

@@ -88,7 +88,7 @@ def test_catalog_write_invalidates_cached_plans(client: httpx.Client, auth: dict
     name = "cache-cpu"
     created = client.put(f"/v1/catalogs/{name}", content=catalog_text(name),
                          headers={**auth, "If-None-Match": "*"})
-    assert created.status_code == 200, created.text
+    assert created.status_code == 201, created.text
     ex = example("softmax")
     body = {"kernel": kernel_to_json(ex.kernel), "bindings": ex.bindings, "target": name}
     assert client.post("/v1/plan", json=body).headers["x-plan-cache"] == "miss"
@@ -108,10 +108,10 @@ def test_infeasible_plan_is_422_with_explanation(client: httpx.Client) -> None:
     r = client.post("/v1/plan", json={"kernel": kernel_to_json(ex.kernel),
                                       "bindings": ex.bindings, "baseline": "all-virtual"})
     assert r.status_code == 422, r.text
-    err = r.json()["error"]
+    err = r.json()
     assert err["kind"] == "infeasible"
     assert err["explanation"] and any("capacity" in line for line in err["explanation"])
-    assert err["message"].startswith("no plan satisfies the constraints")
+    assert err["detail"].startswith("no plan satisfies the constraints")
 
 
 def test_compare_targets_and_policies(client: httpx.Client) -> None:
@@ -159,7 +159,7 @@ def test_lower_msl_is_unsupported_until_a_metal_emitter_exists(client: httpx.Cli
         assert r.status_code == 200, r.text
     else:
         assert r.status_code == 400
-        assert r.json()["error"]["kind"] == "unsupported"
+        assert r.json()["kind"] == "unsupported"
 
 
 def test_plan_for_the_host_target(client: httpx.Client) -> None:

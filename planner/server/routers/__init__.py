@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.server.models import ErrorResponse
+from planner.server.models import PROBLEM_MEDIA_TYPE, ErrorResponse
 
 _DESCRIPTIONS = {
     400: "Bad request: invalid JSON, or an unsupported option",
@@ -21,14 +21,14 @@ _DESCRIPTIONS = {
 
 
 def error_responses(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for ``codes`` plus 413 and 500, all with the JSON error body.
+    """OpenAPI ``responses`` for ``codes`` plus 413 and 500, all with the problem details body
+    (``application/problem+json``).
 
     ``explicit`` spells the media type out, for routes whose own responses are not JSON.
     """
-    if explicit:
-        body = {"content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
-    else:
-        body = {"model": ErrorResponse}
+    body: dict[str, Any] = {"content": {PROBLEM_MEDIA_TYPE: {
+        "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    if not explicit:
+        body["model"] = ErrorResponse
     return {code: {**body, "description": _DESCRIPTIONS[code]}
             for code in sorted({*codes, 413, 500})}

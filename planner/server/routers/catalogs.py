@@ -144,13 +144,18 @@ async def get_catalog(name: CatalogName, request: Request, service: ServiceDep) 
 
 
 @router.put("/{name}", status_code=200, openapi_extra=_CATALOG_BODY, responses={
-    200: {"model": CatalogWritten, "description": "Replaced (or created) the catalog",
+    200: {"model": CatalogWritten, "description": "Replaced (or overrode the built-in) catalog",
           "headers": _ETAG_HEADER},
+    201: {"model": CatalogWritten, "description": "Created the catalog (Location: its URL)",
+          "headers": {**_ETAG_HEADER, "Location": {"description": "the new catalog's path",
+                                                   "schema": {"type": "string"}}}},
     **error_responses(401, 403, 412, 422, 428)})
 async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
                       _writer: WriterDep, if_match: IfMatch = None,
                       if_none_match: IfNoneMatch = None) -> Response:
-    """Validate a catalog and atomically replace ``<writable dir>/<name>.yaml``.
+    """Validate a catalog and atomically replace ``<writable dir>/<name>.yaml``: 201 with
+    ``Location`` when no catalog of this name existed, else 200 (replaced, or a built-in
+    now overridden).
 
     Writing the name of a built-in target overrides it (DELETE restores the built-in).
     """
@@ -163,8 +168,12 @@ async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
     body = CatalogWritten(name=name, etag=result.etag, created=result.created,
                           overrides_builtin=result.overrides_builtin, note=note,
                           dropped_plans=dropped)
-    return Response(body.model_dump_json(), media_type="application/json",
-                    headers={"ETag": f'"{result.etag}"'})
+    headers = {"ETag": f'"{result.etag}"'}
+    new = result.created and not result.overrides_builtin  # no catalog had this URL
+    if new:
+        headers["Location"] = f"{router.prefix}/{name}"
+    return Response(body.model_dump_json(), media_type="application/json", headers=headers,
+                    status_code=201 if new else 200)
 
 
 @router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 422, 428))

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Body, Response
 from fastapi.responses import JSONResponse
 
 from planner.server.models import (
+    REQUEST_EXAMPLES,
     CheckRequest,
     CheckResponse,
     CompareRequest,
     LowerRequest,
     LowerResponse,
     PlanRequest,
+    api_wording,
 )
 from planner.server.routers import error_responses
 from planner.server.service import (
@@ -31,6 +33,18 @@ from planner.solve import plan_json_schema
 router = APIRouter(prefix="/v1", tags=["planning"])
 
 
+def _example(name: str) -> Any:
+    """The request body's media-type example (what /docs fills in): softmax as text IR."""
+    return Body(openapi_examples={"softmax": {
+        "summary": "softmax (text IR) with bindings", "value": REQUEST_EXAMPLES[name]}})
+
+
+PlanBody = Annotated[PlanRequest, _example("PlanRequest")]
+CompareBody = Annotated[CompareRequest, _example("CompareRequest")]
+CheckBody = Annotated[CheckRequest, _example("CheckRequest")]
+LowerBody = Annotated[LowerRequest, _example("LowerRequest")]
+
+
 def _embedded(schema: dict[str, Any]) -> dict[str, Any]:
     """A standalone JSON Schema as an OpenAPI 3.1 schema object."""
     return {k: v for k, v in schema.items() if k not in ("$schema", "$id")}
@@ -43,7 +57,7 @@ _PLAN_OK = {"description": "The MaterializationPlan (schema: GET /v1/schemas/pla
 
 
 @router.post("/plan", responses={200: _PLAN_OK, **error_responses(400, 404, 422)})
-async def plan(body: PlanRequest, service: ServiceDep) -> Response:
+async def plan(body: PlanBody, service: ServiceDep) -> Response:
     """Plan one kernel on one target; identical requests are answered from the cache."""
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
@@ -57,7 +71,7 @@ async def plan(body: PlanRequest, service: ServiceDep) -> Response:
     200: {"description": "The comparison (rows per edge, one column per variant)",
           "content": {"application/json": {"schema": {"type": "object"}}}},
     **error_responses(400, 404, 422)})
-async def compare(body: CompareRequest, service: ServiceDep) -> Response:
+async def compare(body: CompareBody, service: ServiceDep) -> Response:
     """Plan one kernel under several targets, policies or baselines and compare the plans."""
     if len(body.variants) > service.settings.max_compare_variants:
         raise ApiError(413, "too-large", f"{len(body.variants)} variants; at most "
@@ -75,26 +89,32 @@ async def compare(body: CompareRequest, service: ServiceDep) -> Response:
 
 
 @router.post("/check", responses=error_responses(400, 404, 422))
-async def check(body: CheckRequest, service: ServiceDep) -> CheckResponse:
+async def check(body: CheckBody, service: ServiceDep) -> CheckResponse:
     """Run the verifier and the target's proofs (capacity, access, layouts, 64-bit)."""
     target = await asyncio.to_thread(service.catalogs.target, body.target)
     time_limit = min(body.time_limit or 2.0, service.settings.max_time_limit_s)
     report = await service.run(check_job, body.kernel, target, dict(body.bindings),
                                service.settings.max_graph_ops, time_limit, dict(body.bounds))
-    return CheckResponse.model_validate(report)
+    response = CheckResponse.model_validate(report)
+    for proof in response.proofs:  # the proofs' hints name CLI flags
+        proof.detail = api_wording(proof.detail)
+    for diag in response.diagnostics:
+        diag.message = api_wording(diag.message)
+    return response
 
 
 @router.post("/lower", responses=error_responses(400, 404, 422))
-async def lower(body: LowerRequest, service: ServiceDep) -> LowerResponse:
+async def lower(body: LowerBody, service: ServiceDep) -> LowerResponse:
     """Plan the kernel (or reuse the cached plan) and return the emitted code."""
-    check_emitter(body.emit, await asyncio.to_thread(service.catalogs.target, body.target))
+    emit = check_emitter(body.emit, await asyncio.to_thread(service.catalogs.target,
+                                                            body.target))
     start = time.perf_counter()
     planned, hit = await service.plan(body.kernel, body.target, body.bindings, body.policy,
                                       body.baseline, body.time_limit, body.bounds)
     planned.raise_if_unusable()
-    code = await service.run(lower_job, body.kernel, planned.plan, planned.target, body.emit,
+    code = await service.run(lower_job, body.kernel, planned.plan, planned.target, emit,
                              service.settings.max_graph_ops, dict(body.bindings),
                              dict(body.bounds))
     service.metrics.observe_plan("lower", "hit" if hit else "miss", time.perf_counter() - start)
-    return LowerResponse(kernel=planned.plan.kernel, target=body.target, emit=body.emit,
+    return LowerResponse(kernel=planned.plan.kernel, target=body.target, emit=emit,
                          code=code, plan=planned.json)
