@@ -167,3 +167,58 @@ class MaterializationPlan:
             if e.edge_id == edge_id:
                 return e
         raise KeyError(edge_id)
+
+    def decision_counts(self) -> dict[Decision, int]:
+        """How many edges got each decision (every Decision present, zeros included)."""
+        counts = dict.fromkeys(Decision, 0)
+        for e in self.edges:
+            counts[e.decision] += 1
+        return counts
+
+    def __repr__(self) -> str:
+        """One line: kernel, target, status, estimated time, V/F/R/M counts, peaks."""
+        from planner.plan.plan_io import fmt_ns, fmt_size
+
+        c = self.decision_counts()
+        vfrm = (f"V{c[Decision.VIRTUAL]} F{c[Decision.FUSED]} R{c[Decision.RECOMPUTED]} "
+                f"M{c[Decision.MATERIALIZED]}")
+        base = f" {self.baseline.value}" if self.baseline is not None else ""
+        head = f"<MaterializationPlan {self.kernel} on {self.target}{base}: {self.status.value}"
+        if self.status is Status.INFEASIBLE:
+            return f"{head}, {len(self.explanation)} reason(s)>"[:299]
+        peaks = [f"{p.resource} {fmt_size(p.peak_bytes)}"
+                 + (f"/{fmt_size(p.capacity)}" if p.capacity is not None else "")
+                 for p in self.peaks]
+        text = f"{head}, est. {fmt_ns(self.objective)}, {vfrm}"
+        if peaks:
+            text += ", peak " + ", ".join(peaks)
+        if len(text) > 297:
+            text = text[:293] + "..."
+        return text + ">"
+
+    def _repr_html_(self) -> str:
+        """An HTML summary (Jupyter): the one-line header, the edges and the buffers."""
+        from html import escape
+
+        from planner.plan.plan_io import decision_text, fmt_ns, fmt_size
+
+        def table(headers: list[str], rows: list[list[str]]) -> str:
+            head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+            body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in r)
+                           + "</tr>" for r in rows)
+            return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+        parts = [f"<p><code>{escape(repr(self))}</code></p>"]
+        if self.explanation:
+            parts.append("<ul>" + "".join(f"<li>{escape(x)}</li>" for x in self.explanation)
+                         + "</ul>")
+        parts.append(table(
+            ["edge", "decision", "versions", "bytes", "cost", "reason"],
+            [[e.edge_id, decision_text(e), str(e.versions), fmt_size(e.bytes),
+              fmt_ns(e.total_cost), e.reason] for e in self.edges]))
+        if self.buffers:
+            parts.append(table(
+                ["buffer", "role", "resource", "bytes", "versions", "sync"],
+                [[b.name, b.role, b.resource, fmt_size(b.bytes), str(b.versions),
+                  b.sync or ""] for b in self.buffers]))
+        return "<div class=\"planner-plan\">" + "".join(parts) + "</div>"

@@ -21,6 +21,20 @@ Design
   A cache entry owns its ``ExecutionEngine`` (and so the machine code) for the lifetime of
   the cache. Callers pass a cache explicitly; :func:`default_jit_cache` lazily creates a
   process-wide one for convenience (nothing is created at import time).
+* **Disk cache.** Beneath the in-memory cache, :class:`DiskCache` keeps the *object
+  code* of every compiled module (plus its optimized IR text, for ``--emit llvm`` and
+  assembly) in the user's cache directory (:func:`cache_dir`: ``$PLANNER_CACHE_DIR``,
+  else ``$XDG_CACHE_HOME/planner``, else ``~/.cache/planner``; ``PLANNER_DISK_CACHE=0``
+  turns it off), so a second process skips optimization and code generation: the object
+  file is loaded into a fresh MCJIT engine (``ExecutionEngine.add_object_file``).  The
+  key is ``sha256`` of the in-memory key (IR text, CPU, features, opt level), the
+  caller's context (``compile_kernel`` passes its kernel/plan/target/config key), the
+  llvmlite and LLVM versions, the planner version and :data:`_PIPELINE_VERSION`.  An
+  entry is written to a temporary file in the same directory and moved into place with
+  ``os.replace``, so concurrent processes never see a partial entry (the last writer
+  wins; both wrote the same bytes' worth of valid code); an entry whose magic, lengths
+  or checksum do not match (corrupt, truncated) is ignored and rewritten.  Any I/O
+  error only costs the cache (the module is compiled as usual).
 * **Thread safety.** LLVM's global context is not thread-safe, so parsing, optimizing and
   code generation are serialized by one process-wide lock (:data:`_LLVM_LOCK`, the only
   import-time object). Cache look-ups have their own lock. Calling JIT-compiled code is
@@ -31,10 +45,16 @@ Design
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import json
+import logging
+import os
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -44,12 +64,15 @@ from planner.lower.cpu.llvm_helpers import declare_function
 
 __all__ = [
     "CompiledModule",
+    "DiskCache",
     "JitCache",
     "JitModule",
     "TargetSpec",
+    "cache_dir",
     "catalog_target",
     "compile_module",
     "declare_intrinsic",
+    "default_disk_cache",
     "default_jit_cache",
     "ensure_llvm_initialized",
     "host_target",
@@ -64,6 +87,10 @@ _init_state: dict[str, bool] = {}
 _host_state: dict[str, TargetSpec] = {}
 _default_cache_state: dict[str, JitCache] = {}
 _DEFAULT_OPT_LEVEL = 3
+#: Bump when the optimization pipeline or the object-code path changes (it is part of
+#: every disk cache key, so old entries are simply never looked up again).
+_PIPELINE_VERSION = "pipeline-1"
+_log = logging.getLogger(__name__)
 
 
 def ensure_llvm_initialized() -> None:
@@ -253,7 +280,11 @@ class JitCache:
         *,
         target: TargetSpec | None = None,
         opt_level: int = _DEFAULT_OPT_LEVEL,
+        disk: DiskCache | bool | None = True,
+        context: str = "",
     ) -> CompiledModule:
+        """The compiled module of ``ir_text``: from memory, else from ``disk`` (True: the
+        :func:`default_disk_cache`; False/None: none), else compiled (and stored)."""
         spec = target if target is not None else host_target()
         key = self.make_key(ir_text, spec, opt_level)
         with self._lock:
@@ -267,7 +298,8 @@ class JitCache:
                 if hit is not None:
                     self.hits += 1
                     return hit
-            compiled = _compile(ir_text, spec, opt_level, key)
+            use_disk = default_disk_cache() if disk is True else (disk or None)
+            compiled = _compile(ir_text, spec, opt_level, key, use_disk, context)
             with self._lock:
                 self._entries[key] = compiled
                 self.misses += 1
@@ -291,9 +323,179 @@ def default_jit_cache() -> JitCache:
     return cache
 
 
-def _compile(ir_text: str, spec: TargetSpec, opt_level: int, key: str) -> CompiledModule:
-    """Parse, verify, optimize and JIT ``ir_text``. Caller holds ``_LLVM_LOCK``."""
+# -- the on-disk cache ------------------------------------------------------------------
+
+_MAGIC = b"PLANNER-JIT-1\n"
+
+
+def cache_dir() -> Path:
+    """``$PLANNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/planner``, else ``~/.cache/planner``."""
+    explicit = os.environ.get("PLANNER_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg) / "planner"
+    return Path.home() / ".cache" / "planner"
+
+
+def _compiler_versions() -> str:
+    import llvmlite
+
+    from planner import __version__
+
+    llvm_version = ".".join(map(str, llvm.llvm_version_info))
+    return f"llvmlite {llvmlite.__version__}|llvm {llvm_version}|planner {__version__}"
+
+
+class DiskCache:
+    """Object code of compiled modules, one file per key under ``root/jit``.
+
+    Counters (per process): ``hits`` (an entry was loaded), ``misses`` (no usable
+    entry), ``writes`` (an entry was stored), ``corrupt`` (an entry was unreadable and
+    ignored), ``errors`` (I/O or load failures that only cost the cache).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+        self.corrupt = 0
+        self.errors = 0
+
+    @property
+    def directory(self) -> Path:
+        return self.root / "jit"
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "writes": self.writes,
+                "corrupt": self.corrupt, "errors": self.errors}
+
+    @staticmethod
+    def make_key(memory_key: str, context: str = "") -> str:
+        h = hashlib.sha256()
+        for part in ("planner-jit-disk", memory_key, context, _compiler_versions(),
+                     _PIPELINE_VERSION):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.obj"
+
+    def load(self, key: str) -> tuple[str, bytes] | None:
+        """``(optimized IR text, object code)`` of ``key``, or None (missing/corrupt)."""
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except OSError as exc:
+            self.errors += 1
+            self.misses += 1
+            _log.debug("planner jit disk cache: cannot read %s: %s", path, exc)
+            return None
+        entry = self._decode(key, data)
+        if entry is None:
+            self.corrupt += 1
+            self.misses += 1
+            _log.info("planner jit disk cache: ignoring corrupt entry %s", path)
+            return None
+        self.hits += 1
+        _log.debug("planner jit disk cache: hit %s", key)
+        return entry
+
+    @staticmethod
+    def _decode(key: str, data: bytes) -> tuple[str, bytes] | None:
+        if not data.startswith(_MAGIC):
+            return None
+        rest = data[len(_MAGIC):]
+        line, sep, payload = rest.partition(b"\n")
+        if not sep:
+            return None
+        try:
+            header = json.loads(line)
+            ir_len, obj_len = int(header["ir_bytes"]), int(header["obj_bytes"])
+            digest = str(header["sha256"])
+            if header["key"] != key or ir_len < 0 or obj_len <= 0:
+                return None
+        except (ValueError, KeyError, TypeError):
+            return None
+        if len(payload) != ir_len + obj_len or hashlib.sha256(payload).hexdigest() != digest:
+            return None
+        try:
+            ir_text = payload[:ir_len].decode()
+        except UnicodeDecodeError:
+            return None
+        return ir_text, payload[ir_len:]
+
+    def store(self, key: str, ir_text: str, obj: bytes) -> bool:
+        """Write the entry atomically (temp file in the same directory, ``os.replace``)."""
+        ir_bytes = ir_text.encode()
+        payload = ir_bytes + obj
+        header = json.dumps({"key": key, "ir_bytes": len(ir_bytes), "obj_bytes": len(obj),
+                             "sha256": hashlib.sha256(payload).hexdigest(),
+                             "versions": _compiler_versions()}, sort_keys=True)
+        tmp: str | None = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp",
+                                       dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + header.encode() + b"\n" + payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path(key))
+            tmp = None
+        except OSError as exc:
+            self.errors += 1
+            _log.debug("planner jit disk cache: cannot write %s: %s", self.path(key), exc)
+            return False
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        self.writes += 1
+        return True
+
+
+_disk_state: dict[str, DiskCache] = {}
+
+
+def default_disk_cache() -> DiskCache | None:
+    """The disk cache in :func:`cache_dir` (None when ``PLANNER_DISK_CACHE=0``); one
+    object per directory, so changing ``PLANNER_CACHE_DIR`` takes effect at once."""
+    if os.environ.get("PLANNER_DISK_CACHE", "1").strip().lower() in ("0", "off", "no",
+                                                                      "false"):
+        return None
+    root = str(cache_dir())
+    cache = _disk_state.get(root)
+    if cache is None:
+        with _LLVM_LOCK:
+            cache = _disk_state.setdefault(root, DiskCache(root))
+    return cache
+
+
+def _compile(ir_text: str, spec: TargetSpec, opt_level: int, key: str,
+             disk: DiskCache | None = None, context: str = "") -> CompiledModule:
+    """Parse, verify, optimize and JIT ``ir_text``. Caller holds ``_LLVM_LOCK``.
+
+    With ``disk``, the object code is loaded from (or, after compiling, stored in) the
+    disk cache and loaded into the engine with ``add_object_file``."""
     ensure_llvm_initialized()
+    disk_key = disk.make_key(key, context) if disk is not None else ""
+    if disk is not None:
+        entry = disk.load(disk_key)
+        if entry is not None:
+            optimized, obj = entry
+            try:
+                tm = _target_machine(spec, opt_level)
+                return CompiledModule(_engine_from_object(tm, obj), tm, optimized, spec, key)
+            except Exception as exc:  # a bad object file: compile it again
+                disk.errors += 1
+                _log.info("planner jit disk cache: cannot load %s: %s", disk_key, exc)
     tm = _target_machine(spec, opt_level)
     mod = llvm.parse_assembly(ir_text)
     mod.triple = tm.triple
@@ -308,10 +510,26 @@ def _compile(ir_text: str, spec: TargetSpec, opt_level: int, key: str) -> Compil
         mpm = pb.getModulePassManager()
         mpm.run(mod, pb)
     optimized = str(mod)
+    if disk is not None:
+        obj = tm.emit_object(mod)
+        disk.store(disk_key, optimized, obj)
+        return CompiledModule(_engine_from_object(tm, obj), tm, optimized, spec, key)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     engine.run_static_constructors()
     return CompiledModule(engine, tm, optimized, spec, key)
+
+
+def _engine_from_object(tm: llvm.TargetMachine, obj: bytes) -> llvm.ExecutionEngine:
+    """A fresh MCJIT engine (over an empty module) with the object code ``obj`` loaded."""
+    empty = llvm.parse_assembly("")
+    empty.triple = tm.triple
+    empty.data_layout = str(tm.target_data)
+    engine = llvm.create_mcjit_compiler(empty, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    engine.run_static_constructors()
+    return engine
 
 
 def intrinsic_suffix(ty: ir.Type) -> str:
@@ -343,12 +561,17 @@ def compile_module(
     cache: JitCache | None = None,
     target: TargetSpec | None = None,
     opt_level: int = _DEFAULT_OPT_LEVEL,
+    disk: DiskCache | bool | None = True,
+    context: str = "",
 ) -> CompiledModule:
     """Compile an ``llvmlite.ir.Module`` (or IR text) for the host, through ``cache``.
 
     ``cache=None`` uses :func:`default_jit_cache`. Identical IR compiled for the same
-    target and opt level returns the same :class:`CompiledModule`.
+    target and opt level returns the same :class:`CompiledModule`.  Beneath it, ``disk``
+    (default: :func:`default_disk_cache`) keeps the object code across processes;
+    ``context`` is folded into the disk key (``compile_kernel`` passes its kernel key).
     """
     ir_text = str(module_or_ir_text)
     use = cache if cache is not None else default_jit_cache()
-    return use.get_or_compile(ir_text, target=target, opt_level=opt_level)
+    return use.get_or_compile(ir_text, target=target, opt_level=opt_level, disk=disk,
+                              context=context)

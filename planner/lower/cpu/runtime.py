@@ -8,7 +8,10 @@ and register budget, optimizes it at O3 for the catalog's LLVM CPU name and feat
 planning-only catalog) is compiled with the figures of :data:`DEFAULT_TARGET`.  Compiled
 code is cached in memory by the content hash of the kernel's printed IR, the plan, the
 target and the compilation spec, so compiling the same kernel and plan again is free;
-the JIT layer additionally caches by IR text.
+the JIT layer additionally caches by IR text, in memory and on disk (the object code,
+keyed by this key, the IR text and the compiler and planner versions: see
+:class:`planner.lower.cpu.jit.DiskCache`), so another process skips LLVM's optimization
+and code generation.
 
 Code for a target whose features this machine lacks (an x86-avx512 plan on an
 AVX2-only host) still compiles, so its IR and assembly can be inspected, but calling
@@ -221,7 +224,7 @@ def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: obj
         program = build_loop_program(kernel, plan, tgt)
         module, info = emit_program(program, config)
         text = str(module)
-        compiled = compile_module(text, target=spec)
+        compiled = compile_module(text, target=spec, context=key)
         refusal = _refusal(cpu_tgt.name, spec)
         fns = () if refusal else tuple(
             compiled.ctypes_function(name, None, [_I64, _I64, _P, _P, _P, _P, _P, _P])
