@@ -56,16 +56,29 @@ def _registry(args: argparse.Namespace) -> CatalogRegistry:
 
 
 def _list(args: argparse.Namespace) -> int:
-    entries = _registry(args).list()
+    """Every visible target; each file is loaded, so a broken one is listed as broken (with
+    its first error) and the command exits 1."""
+    registry = _registry(args)
+    entries = registry.list()
+    errors: dict[str, str] = {}
+    for e in entries:
+        try:
+            registry.get(e.name)
+        except PlannerError as exc:
+            first = exc.diagnostics[0].message if exc.diagnostics else str(exc)
+            errors[e.name] = first.splitlines()[0] if first else "invalid"
     if args.json:
         print_json({"targets": [{"name": e.name, "file": str(e.path),
-                                 "overrides": str(e.overrides) if e.overrides else None}
+                                 "overrides": str(e.overrides) if e.overrides else None,
+                                 "ok": e.name not in errors, "error": errors.get(e.name)}
                                 for e in entries]})
-        return 0
-    rows = [(e.name, str(e.path), f"overrides {e.overrides}" if e.overrides else "")
+        return 1 if errors else 0
+    rows = [(e.name, str(e.path),
+             f"BROKEN: {errors[e.name]}" if e.name in errors
+             else f"overrides {e.overrides}" if e.overrides else "")
             for e in entries]
     print(_table(("target", "file", ""), rows))
-    return 0
+    return 1 if errors else 0
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -161,6 +161,8 @@ class MaterializationPlan:
     memories: tuple[MemoryPlan, ...] = ()  # explicit Memory: fixed occupants, versions
     bound: int = 0  # the solver's lower bound on the objective (== objective if optimal)
     buffers: tuple[PlannedBuffer, ...] = ()  # every buffer held, where and how long
+    catalog_file: str = ""  # the catalog file the target was read from
+    catalog_hash: str = ""  # sha256 of that file's text (an override is visible here)
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

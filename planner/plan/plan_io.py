@@ -79,6 +79,8 @@ def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
                    for p in plan.proofs],
         "explanation": list(plan.explanation),
         "content_hash": plan.content_hash,
+        "catalog": {"name": plan.target, "file": plan.catalog_file,
+                    "content_hash": plan.catalog_hash},
     }
 
 
@@ -151,6 +153,8 @@ def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
                                       tuple(m["lifetime"]))  # type: ignore[arg-type]
                            for m in obj.get("memories", [])),
             bound=int(obj.get("bound", 0)),
+            catalog_file=str((obj.get("catalog") or {}).get("file", "")),
+            catalog_hash=str((obj.get("catalog") or {}).get("content_hash", "")),
             buffers=tuple(PlannedBuffer(str(b["name"]), str(b["role"]), str(b["resource"]),
                                         int(b["bytes"]), int(b["versions"]),
                                         tuple((str(o), int(lo), int(hi))
@@ -242,6 +246,10 @@ def plan_json_schema() -> dict[str, Any]:
             "proofs": {"type": "array", "items": proof},
             "explanation": {"type": "array", "items": {"type": "string"}},
             "content_hash": {"type": "string"},
+            "catalog": {"type": "object", "required": ["name", "file", "content_hash"],
+                        "properties": {"name": {"type": "string"},
+                                       "file": {"type": "string"},
+                                       "content_hash": {"type": "string"}}},
         },
     }
 
@@ -310,6 +318,8 @@ def _header(plan: MaterializationPlan) -> list[str]:
     base = f"  baseline {plan.baseline.value}" if plan.baseline else ""
     lines = [f"{plan.kernel} on {plan.target}  policy {plan.policy.value}{base}  "
              f"bindings {binds}"]
+    if plan.catalog_file or plan.catalog_hash:
+        lines.append(f"catalog {plan.catalog_file or '?'}  sha256 {plan.catalog_hash[:12]}")
     status = plan.status.value
     if plan.status is Status.FEASIBLE:
         status += f" (gap {plan.gap:.2%})"

@@ -103,7 +103,7 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     proofs = run_proofs(kernel, target, bindings, time_limit_s, bounds)
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
     digest = content_hash(kernel, target, bindings, policy, base, bounds)
-    header = _Header(problem, policy, base, proofs, digest)
+    header = _Header(problem, policy, base, proofs, digest, target)
     # Capacity is the CP-SAT model's own business (it trades versions and placement and
     # explains the binding group); any other refuted proof makes every plan illegal.
     refuted = tuple(f"proof {p.name} refuted: {p.detail}" for p in proofs
@@ -153,18 +153,21 @@ class _Header:
     """The parts of a plan shared by the feasible and infeasible cases."""
 
     def __init__(self, problem: Problem, policy: Policy, baseline: Baseline | None,
-                 proofs: tuple[ProofSummary, ...], digest: str) -> None:
+                 proofs: tuple[ProofSummary, ...], digest: str, target: Target) -> None:
         self.problem = problem
         self.policy = policy
         self.baseline = baseline
         self.proofs = proofs
         self.digest = digest
+        self.catalog = (target.source, target.content_hash)
 
     def _plan(self, **kw: object) -> MaterializationPlan:
         p = self.problem
         return MaterializationPlan(kernel=p.kernel, target=p.target, policy=self.policy,
                                    baseline=self.baseline, bindings=p.bindings,
-                                   proofs=self.proofs, content_hash=self.digest, **kw)
+                                   proofs=self.proofs, content_hash=self.digest,
+                                   catalog_file=self.catalog[0], catalog_hash=self.catalog[1],
+                                   **kw)
 
     def infeasible(self, lines: tuple[str, ...], seconds: float) -> MaterializationPlan:
         return self._plan(edges=(), peaks=(), objective=0, breakdown={},
