@@ -163,6 +163,8 @@ class MaterializationPlan:
     buffers: tuple[PlannedBuffer, ...] = ()  # every buffer held, where and how long
     catalog_file: str = ""  # the catalog file the target was read from
     catalog_hash: str = ""  # sha256 of that file's text (an override is visible here)
+    #: wall seconds per planning phase (build, proofs, model, solve, evaluate/explain)
+    phases: tuple[tuple[str, float], ...] = ()
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

@@ -63,6 +63,7 @@ def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
         "bound": plan.bound,
         "gap": plan.gap,
         "solve_time_s": plan.solve_time_s,
+        "phases_s": dict(plan.phases),
         "breakdown": dict(sorted(plan.breakdown.items())),
         "edges": [_edge_to_json(e) for e in plan.edges],
         "peaks": [{"resource": p.resource, "capacity": p.capacity, "peak_bytes": p.peak_bytes,
@@ -153,6 +154,7 @@ def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
                                       tuple(m["lifetime"]))  # type: ignore[arg-type]
                            for m in obj.get("memories", [])),
             bound=int(obj.get("bound", 0)),
+            phases=tuple((str(k), float(v)) for k, v in (obj.get("phases_s") or {}).items()),
             catalog_file=str((obj.get("catalog") or {}).get("file", "")),
             catalog_hash=str((obj.get("catalog") or {}).get("content_hash", "")),
             buffers=tuple(PlannedBuffer(str(b["name"]), str(b["role"]), str(b["resource"]),
@@ -238,6 +240,7 @@ def plan_json_schema() -> dict[str, Any]:
             "bound": {"type": "integer"},
             "gap": {"type": "number", "minimum": 0},
             "solve_time_s": {"type": "number", "minimum": 0},
+            "phases_s": {"type": "object", "additionalProperties": {"type": "number"}},
             "breakdown": costs,
             "edges": {"type": "array", "items": edge},
             "peaks": {"type": "array", "items": peak},
@@ -326,7 +329,12 @@ def _header(plan: MaterializationPlan) -> list[str]:
     caveats = proof_caveats(plan)
     if caveats and plan.status is not Status.INFEASIBLE:
         status += f", with {caveats}"
-    lines.append(f"status {status} in {plan.solve_time_s:.2f} s")
+    timing = f"{plan.solve_time_s:.2f} s"
+    if plan.phases:
+        total = sum(t for _, t in plan.phases)
+        timing += (f" (total {total:.2f} s: "
+                   + ", ".join(f"{name} {t:.2f}" for name, t in plan.phases) + ")")
+    lines.append(f"status {status} in {timing}")
     return lines
 
 

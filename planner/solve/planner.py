@@ -25,6 +25,7 @@ question, and therefore (when solved to optimality) the same plan.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -97,10 +98,31 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     seconds)`` is called on every improving solution; ``bounds`` declares inclusive
     ranges of symbols the proofs range over where no binding fixes them.
     """
+    phases: list[tuple[str, float]] = []
+    clock = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases.append((name, round(now - clock[0], 4)))
+        clock[0] = now
+
+    plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
+                        progress, bounds, phase)
+    phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
+    return dataclasses.replace(plan, phases=tuple(phases))
+
+
+def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
+                 policy: Policy | str, baseline: Baseline | str | None, time_limit_s: float,
+                 workers: int, progress: Progress | None,
+                 bounds: Mapping[str, tuple[int, int]] | None,
+                 phase: Callable[[str], None]) -> MaterializationPlan:
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
     problem = build_problem(kernel, target, bindings, policy)
+    phase("build")
     proofs = run_proofs(kernel, target, bindings, time_limit_s, bounds)
+    phase("proofs")
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
     digest = content_hash(kernel, target, bindings, policy, base, bounds)
     header = _Header(problem, policy, base, proofs, digest, target)
@@ -111,7 +133,9 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     if refuted or problem.static_infeasible:
         return header.infeasible((*refuted, *problem.static_infeasible), 0.0)
     bm = build_model(problem, restrictions)
+    phase("model")
     result = solve(bm, time_limit_s=time_limit_s, workers=workers, progress=progress)
+    phase("solve")
     if result.assignment is not None:
         return header.solved(result.assignment, restrictions, result.status == "optimal",
                              result.bound, result.wall_s)

@@ -45,6 +45,7 @@ def plan_text(name: str, target_name: str, binds: dict[str, int] | None,
                        workers=workers)
     out = plan_to_json(plan)
     del out["solve_time_s"]
+    del out["phases_s"]
     return json.dumps(out, indent=2)
 
 

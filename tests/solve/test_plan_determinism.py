@@ -11,6 +11,7 @@ from planner.solve import MaterializationPlan, Policy, plan_kernel, plan_to_json
 def _stable(plan: MaterializationPlan) -> dict:
     out = plan_to_json(plan)
     out.pop("solve_time_s")
+    out.pop("phases_s")
     return out
 
 
