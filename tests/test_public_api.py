@@ -72,6 +72,10 @@ def test_compare_plans_and_kernel(softmax_plan: MaterializationPlan) -> None:
     assert c.totals[0] <= c.totals[1]
     c2 = planner.compare("softmax", bindings=SOFTMAX, baselines=("greedy-fusion",))
     assert c2.labels == ("optimal", "greedy-fusion")
+    text = repr(c)  # one line with each plan's estimate, not a dataclass dump
+    assert "\n" not in text and len(text) < 300
+    assert f"optimal {c.totals[0]:,} ns" in text and f"all-materialize {c.totals[1]:,} ns" in text
+    assert str(c).splitlines()[0].startswith("softmax")  # str is the comparison table
 
 
 def test_lower_forms(softmax_plan: MaterializationPlan) -> None:

@@ -56,6 +56,16 @@ class Comparison:
     deltas: tuple[Delta, ...]
     same_edges: int  # edges handled identically everywhere
 
+    def __repr__(self) -> str:
+        """One line: each plan's label and estimated time (the table: ``format_comparison``)."""
+        parts = [f"{label} {'infeasible' if t is None else f'{t:,} ns'}"
+                 for label, t in zip(self.labels, self.totals, strict=True)]
+        return (f"<Comparison of {len(self.plans)} plans: {'; '.join(parts)}; "
+                f"{self.same_edges} edges alike>")
+
+    def __str__(self) -> str:
+        return format_comparison(self)
+
 
 def _signature(e: EdgePlan) -> tuple[object, ...]:
     return (e.decision, e.resource, e.layout, e.versions)
