@@ -259,8 +259,8 @@ def held_at_points(problem: Problem, a: Assignment
     value and the yielded one, when the guard ``pingpong`` holds)."""
     truth = Truth(problem, a)
     into: dict[int, tuple[int, bool]] = {}  # yielded value -> (its carry, two versions)
-    for g in problem.guards:
-        if g.kind == "split" and not truth.guard(problem.guards.index(g)):
+    for gi, g in enumerate(problem.guards):
+        if g.kind == "split" and not truth.guard(gi):
             into.setdefault(g.b, (g.a, False))
     for gi, g in enumerate(problem.guards):
         if g.kind == "pingpong" and truth.guard(gi):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+from toolchain import needs_clang
 
 from planner.cli import main
-from planner.lower.metal.emulator import clang_available
-
-needs_clang = pytest.mark.skipif(not clang_available(), reason="clang-19 is not installed")
 
 
 @needs_clang

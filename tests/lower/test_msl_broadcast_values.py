@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 import pytest
+from toolchain import needs_clang
 
 from planner.catalog import CatalogRegistry, Target
 from planner.ir.examples import builtin_examples_dir, load_example
@@ -33,12 +34,9 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower.metal.emitter import emit_msl
-from planner.lower.metal.emulator import check_msl, clang_available
+from planner.lower.metal.emulator import check_msl
 from planner.lower.metal.runtime import run_msl_kernel
 from planner.solve import plan_kernel
-
-needs_clang = pytest.mark.skipif(not clang_available(),
-                                 reason="clang-19 is not installed (scripts/install_clang.sh)")
 
 SHAPE = {"M": 13, "N": 70}
 PLANS = (None, "all-materialize", "greedy-fusion", "all-virtual")

@@ -24,6 +24,7 @@ from filecheck.options import Options
 from filecheck.parser import Parser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toolchain import needs_clang
 
 from planner.catalog import CatalogRegistry, Target
 from planner.cli.metal_cmds import lower_msl_command, run_msl_check
@@ -58,15 +59,10 @@ from planner.ir.frontend import (
 from planner.ir.interpreter import interpret, random_inputs
 from planner.ir.load import load_kernel
 from planner.lower.metal.emitter import MslKernel, emit_msl
-from planner.lower.metal.emulator import KernelFault, check_msl, clang_available
+from planner.lower.metal.emulator import KernelFault, check_msl
 from planner.lower.metal.runtime import dispatch, run_msl, run_msl_kernel
 from planner.plan.decisions import LayoutChoice, MaterializationPlan
 from planner.solve.planner import plan_kernel
-
-needs_clang = pytest.mark.skipif(
-    not clang_available(),
-    reason="clang-19 is not installed: the MSL check and the emulator need it "
-           "(scripts/install_clang.sh installs it; CI does)")
 
 EXAMPLES = {p.stem: p for p in list_examples()}
 #: Odd shapes: no extent is a multiple of its tile.

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 import pytest
+from toolchain import needs_clang
 
 from planner.catalog import CatalogRegistry, Target
 from planner.errors import PlannerError
@@ -36,13 +37,10 @@ from planner.ir.frontend import (
 )
 from planner.ir.interpreter import interpret, random_inputs
 from planner.lower.metal.emitter import emit_msl
-from planner.lower.metal.emulator import check_msl, clang_available
+from planner.lower.metal.emulator import check_msl
 from planner.lower.metal.runtime import run_msl_kernel
 from planner.realize.binding import bind_execution
 from planner.solve import plan_kernel
-
-needs_clang = pytest.mark.skipif(not clang_available(),
-                                 reason="clang-19 is not installed (scripts/install_clang.sh)")
 
 SHAPE = {"M": 13, "N": 48}
 

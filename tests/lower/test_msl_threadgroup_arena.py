@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolchain import needs_clang
 
 from planner.catalog import CatalogRegistry, Target
 from planner.errors import PlannerError
@@ -27,13 +28,10 @@ from planner.ir.interpreter import interpret, random_inputs
 from planner.lower.loops import program as lp
 from planner.lower.metal.arena import _live_peak, _pack
 from planner.lower.metal.emitter import emit_msl
-from planner.lower.metal.emulator import check_msl, clang_available
+from planner.lower.metal.emulator import check_msl
 from planner.lower.metal.runtime import run_msl_kernel
 from planner.plan.decisions import MaterializationPlan
 from planner.solve import plan_kernel
-
-needs_clang = pytest.mark.skipif(not clang_available(),
-                                 reason="clang-19 is not installed (scripts/install_clang.sh)")
 
 CAPACITY = 32_768  # apple-m2 threadgroup memory per threadgroup
 _ARENA = re.compile(r"^\s*threadgroup float4 tg_arena_\[(\d+)\];$", re.M)

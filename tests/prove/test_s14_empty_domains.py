@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toolchain import needs_clang
 
 from planner.catalog import CatalogRegistry
 from planner.cli import main
@@ -57,10 +58,6 @@ EMPTY = {"M": 16, "N": 0}
 TARGETS = ("x86-avx2", "apple-m2")
 N = sym("N")
 
-needs_clang = pytest.mark.skipif(
-    not clang_available(),
-    reason="clang-19 is not installed (scripts/install_clang.sh installs it; CI does)",
-)
 
 
 def _target(name: str):
