@@ -148,7 +148,9 @@ class _Tracer:
         return self.blocks[-1]
 
     def emit(self, op: Op) -> Op:
-        op.loc = _user_loc()
+        frame = _user_frame()
+        _name_bound_tiles(frame)
+        op.loc = _frame_loc(frame) if frame is not None else SourceLoc("<python>", 0)
         op.stage = self.stage
         self.block.append(op)
         return op
@@ -171,6 +173,26 @@ def _tracer() -> _Tracer:
         raise error("tile operations can only be used inside a @tile_kernel function",
                     _user_loc(), rule="S1")
     return t
+
+
+def _name_bound_tiles(frame: FrameType | None) -> None:
+    """Gives each unnamed Tile bound to a local of the user's code its local's name.
+
+    Scans ``frame`` and the user frames that called it (the kernel function and the helpers
+    it is inside), outermost first, so a Tile passed to a helper keeps the caller's name.
+    Called before every op is emitted and when a region closes, so a value is named after
+    the assignment that binds it and before the next one can rebind the name: ``x = exp(x)``
+    names the old and the new value ``x`` (the printer makes them ``%x`` and ``%x_0``).  A
+    helper's local that is returned and never bound by its caller stays unnamed.
+    """
+    frames: list[FrameType] = []
+    while frame is not None and not _library_frame(frame.f_code.co_filename):
+        frames.append(frame)
+        frame = frame.f_back
+    for f in reversed(frames):
+        for name, v in f.f_locals.items():
+            if isinstance(v, Tile) and v.value.name_hint is None and not name.startswith("_"):
+                v.value.name_hint = name
 
 
 def _emit(op: Op) -> Op:
@@ -656,6 +678,7 @@ class _RegionCapture:
     def _tile_locals(self) -> dict[str, tuple[Tile, Value]]:
         if self.frame is None:
             return {}
+        _name_bound_tiles(self.frame)
         return {n: (v, v.value) for n, v in self.frame.f_locals.items() if isinstance(v, Tile)}
 
     def close(self) -> None:

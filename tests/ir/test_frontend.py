@@ -103,3 +103,42 @@ def test_zero_trip_semantics_and_nested_carries():
 def test_tiles_outside_a_kernel_are_refused():
     with pytest.raises(PlannerError, match="only be used inside a @tile_kernel"):
         zeros[f32](shape(4))
+
+
+def _named_kernel() -> core.Kernel:
+    from planner.ir.frontend import exp
+
+    def halve(t):  # a user helper: its locals name what it builds
+        half = t * 0.5
+        return half
+
+    @tile_kernel("named")
+    def k(X: TensorView[const(f32), dims("N")], Y: TensorView[f32, dims("N")]):
+        n = axis("n", 8)
+        for nest in parallel(shape(axis("g", 4))):
+            at = coord(nest.index(axis("g", 4)) * 8)
+            x = X[at, shape(n)]
+            x = exp(x)  # rebinding: the old and the new value are both "x"
+            scaled = halve(x) + 1.0
+            Y(at, shape(n)).store(scaled)
+
+    return k
+
+
+def test_tiles_keep_the_users_variable_names():
+    from planner.ir.json_form import kernel_to_json
+    from planner.ir.printer import print_kernel
+
+    kernel = _named_kernel()
+    hints = [op.result.name_hint for op in kernel.walk()
+             if getattr(op, "results", None) and isinstance(op.result.type, TileType)]
+    # load, exp, mul (in halve: returned, so never bound where a later op is built),
+    # the constant 1.0, add
+    assert [h for h in hints if h] == ["x", "x", "scaled"] and hints[-1] == "scaled"
+    text = print_kernel(kernel, locations=False)
+    for line in ('%x = "tile.load"', '%x_0 = "tile.unary"(%x)', '= "tile.binary"(%x_0',
+                 '"tile.store"(%Y, %scaled)'):
+        assert line in text, text
+    ids = {r["id"] for op in kernel_to_json(kernel)["body"]["ops"][0]["regions"][0]["ops"]
+           for r in op.get("results", [])}
+    assert {"x", "x_0", "scaled"} <= ids

@@ -142,8 +142,8 @@ def _del(path: str, key: str) -> Callable[[dict[str, Any]], None]:
     (_set(LOAD, "colour", "red"), f"{LOAD}.colour: unknown field (expected: op, operands, "
                                   "results, attrs, regions, stage, loc)"),
     (_set(f"{LOAD}.operands", 0, "Z"), f"{LOAD}.operands[0]: undefined value id 'Z'"),
-    (_set(f"{PAR}.regions[0].ops[4].operands", 1, "4"),
-     f"{PAR}.regions[0].ops[4].operands[1]: value '4' is not visible here (defined inside a "
+    (_set(f"{PAR}.regions[0].ops[4].operands", 1, "acc_2"),
+     f"{PAR}.regions[0].ops[4].operands[1]: value 'acc_2' is not visible here (defined inside a "
      f"region at {LOOP}.regions[0].ops[6].results[0])"),
     (_set(f"{LOAD}.results[0]", "id", "A"),
      f"{LOAD}.results[0].id: duplicate value id 'A' (first defined at $.params[0])"),

@@ -126,3 +126,30 @@ def test_unwritable_cache_dir_only_costs_the_cache(tmp_path: Path) -> None:
     cache = DiskCache(blocker)  # root is a file: mkdir fails
     assert not cache.store("k" * 64, "", b"obj")
     assert cache.errors == 1
+
+
+def test_prune_keeps_the_most_recently_used_entries_within_the_cap(tmp_path: Path) -> None:
+    """Equal entries against a cap of 2.5 entries: after the fourth store only the two most
+    recently used remain, and an entry that was read survives older writes."""
+    obj = b"\x7fELF" + bytes(996)
+    probe = DiskCache(tmp_path / "probe", max_bytes=1 << 30)
+    assert probe.store("f" * 64, "ir", obj)
+    size = probe.path("f" * 64).stat().st_size
+    cache = DiskCache(tmp_path, max_bytes=size * 5 // 2)
+    keys = [f"{i:064x}" for i in range(4)]
+    for i, key in enumerate(keys[:3]):
+        assert cache.store(key, "ir", obj)
+        os.utime(cache.path(key), (1_000 + i, 1_000 + i))
+    assert not cache.path(keys[0]).exists()  # the third store pruned the oldest
+    assert cache.load(keys[1]) is not None  # a hit makes keys[1] the most recent
+    assert cache.store(keys[3], "ir", obj)
+    assert {p.stem for p in _entries(tmp_path)} == {keys[1], keys[3]}
+    assert cache.stats()["pruned"] == 2
+
+
+def test_cache_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    monkeypatch.setenv("PLANNER_CACHE_MAX_MB", "0.5")
+    assert DiskCache(tmp_path).max_bytes == 512 * 1024
+    monkeypatch.setenv("PLANNER_CACHE_MAX_MB", "lots")
+    assert DiskCache(tmp_path).max_bytes == 512 << 20

@@ -131,13 +131,13 @@ CHECK-LABEL: loop program softmax  target x86-avx2
 CHECK: views    X: f32[M, N] const, Y: f32[M, N]
 CHECK: symbols  M, N
 CHECK: parallel block_m: %block_m < ceildiv(M, 4)  (instances split across workers)
-CHECK: buffer %[[X:[0-9]+]]: f32[4, N] in local stride [N, 1] x1  materialized
-CHECK: buffer %[[E:[0-9]+]]: f32[4, N] in local stride [N, 1] x1  materialized
+CHECK: buffer %[[X:x]]: f32[4, N] in local stride [N, 1] x1  materialized
+CHECK: buffer %[[E:e]]: f32[4, N] in local stride [N, 1] x1  materialized
 CHECK: nest i.0 < 4, i.1 < N  (fused)  edge-masked X[4 * %block_m +: 4, 0 +: N]
 CHECK-NEXT: %[[X]][i.0, i.1] = X[4 * %block_m + i.0, i.1]
-CHECK-NEXT: %[[MX:[0-9]+]][i.0] = max over i.1 of %[[X]][i.0, i.1]
+CHECK-NEXT: %[[MX:mx]][i.0] = max over i.1 of %[[X]][i.0, i.1]
 CHECK: %[[E]][i.0, i.1] = exp(%[[X]][i.0, i.1] - %[[MX]][i.0])
-CHECK-NEXT: %[[S:[0-9]+]][i.0] = sum over i.1 of %[[E]][i.0, i.1]
+CHECK-NEXT: %[[S:s]][i.0] = sum over i.1 of %[[E]][i.0, i.1]
 CHECK: nest i.0 < 4, i.1 < N  edge-masked Y[4 * %block_m +: 4, 0 +: N]
 CHECK-NEXT: Y[4 * %block_m + i.0, i.1] = %[[E]][i.0, i.1] / %[[S]][i.0]
 """, tmp_path)
@@ -172,32 +172,32 @@ def test_fused_edges_are_computed_inline_in_the_consumer() -> None:
 def test_inlined_producer_is_duplicated_per_consumer() -> None:
     """Softmax's ``x`` re-read from the view by both of its consumers (two-pass); for a
     load, recomputing is the same program (the planner offers only fused there)."""
-    p = program("softmax", decide(Decision.FUSED, only="%0 ->"))
-    assert "0" not in {b.name for b in p.buffers}
+    p = program("softmax", decide(Decision.FUSED, only="%x ->"))
+    assert "x" not in {b.name for b in p.buffers}
     readers = [s for s in stmts(p) if isinstance(s, Nest | ReduceNest)
                and any(isinstance(r, ViewRead) and r.view == "X" for r in elem_reads(s.value))]
     assert len(readers) == 2
-    assert p == program("softmax", decide(Decision.RECOMPUTED, only="%0 ->"))
+    assert p == program("softmax", decide(Decision.RECOMPUTED, only="%x ->"))
 
 
 def test_recomputed_chain_ignores_how_its_intermediates_are_realized() -> None:
     """``sh = x - max`` recomputed into ``exp``: ``x`` stays in local storage for the row
     max, but the recomputation re-reads ``X`` (and reads the max, a reduction, from its
     buffer); fused, ``exp`` reads ``x``'s buffer."""
-    fused = program("softmax", decide(Decision.FUSED, only="%3 ->"))
-    recomputed = program("softmax", decide(Decision.RECOMPUTED, only="%3 ->"))
+    fused = program("softmax", decide(Decision.FUSED, only="%sh ->"))
+    recomputed = program("softmax", decide(Decision.RECOMPUTED, only="%sh ->"))
 
     def exp_nest(p: LoopProgram) -> Nest:
         return next(s for s in stmts(p) if isinstance(s, Nest) and isinstance(s.dest, BufWrite)
-                    and s.dest.buffer == "4")
+                    and s.dest.buffer == "e")
 
     def reads(p: LoopProgram) -> set[str]:
         return {r.view if isinstance(r, ViewRead) else r.buffer
                 for r in elem_reads(exp_nest(p).value)}
 
-    assert reads(fused) == {"0", "1"}
-    assert reads(recomputed) == {"X", "1"}
-    assert recomputed.buffer("0").role == "materialized"  # still kept for the max
+    assert reads(fused) == {"x", "mx"}
+    assert reads(recomputed) == {"X", "mx"}
+    assert recomputed.buffer("x").role == "materialized"  # still kept for the max
 
 
 def test_virtual_edges_stay_in_registers() -> None:
@@ -214,21 +214,21 @@ def test_virtual_edges_stay_in_registers() -> None:
 def test_materialized_edge_gets_its_resource_and_layout(choice: LayoutChoice,
                                                         strides: list[str],
                                                         swizzled: bool) -> None:
-    p = program("softmax", decide(Decision.MATERIALIZED, "dram", choice, only="%4 ->"))
-    buf = p.buffer("4")
+    p = program("softmax", decide(Decision.MATERIALIZED, "dram", choice, only="%e ->"))
+    buf = p.buffer("e")
     assert (buf.resource, buf.resource_class, buf.role) == ("dram", "global", "materialized")
     assert [str(s) for s in buf.layout.strides] == strides
     assert bool(buf.layout.swizzles) == swizzled
-    assert buf.edges == ("%4 -> %5#0", "%4 -> %7#0")
+    assert buf.edges == ("%e -> %s#0", "%e -> %y#0")
 
 
 def test_barrier_where_the_plan_synchronizes() -> None:
     p = program("softmax", decide(Decision.MATERIALIZED, "dram", LayoutChoice("dense"),
-                                  only="%4 ->", sync="worker_barrier"))
+                                  only="%e ->", sync="worker_barrier"))
     body = p.segments[0].body
     i = next(i for i, s in enumerate(body) if isinstance(s, Barrier))
-    assert body[i] == Barrier("worker_barrier", "process", "%4 written, then read")
-    assert any(isinstance(p_, Nest) and isinstance(p_.dest, BufWrite) and p_.dest.buffer == "4"
+    assert body[i] == Barrier("worker_barrier", "process", "%e written, then read")
+    assert any(isinstance(p_, Nest) and isinstance(p_.dest, BufWrite) and p_.dest.buffer == "e"
                for s in body[:i] for p_ in (s.parts if isinstance(s, FusedNest) else (s,)))
 
 

@@ -312,10 +312,10 @@ def test_virtual_tiles_are_per_thread_slices_with_exchanges(m2: Target) -> None:
     reductions read them through a threadgroup exchange area after a barrier."""
     kernel, plan = planned("softmax", "optimal", m2)
     msl = emit_msl(kernel, plan, m2)
-    assert re.search(r"^  float r_0\[5\];$", msl.source, re.M)  # 4 x 70 over 64 threads
-    assert "exchange area for the per-thread slices of %0" in msl.source
-    assert msl.thread_bytes == 48  # r_0[5] + r_1[1] + r_4[5] + r_5[1]
-    # the plan's peak is one exchange area (%0's 1,120 B): the four exchange areas share
+    assert re.search(r"^  float r_x\[5\];$", msl.source, re.M)  # 4 x 70 over 64 threads
+    assert "exchange area for the per-thread slices of %x" in msl.source
+    assert msl.thread_bytes == 48  # r_x[5] + r_mx[1] + r_e[5] + r_s[1]
+    # the plan's peak is one exchange area (%x's 1,120 B): the four exchange areas share
     # those bytes, so each exchange but the first waits for the readers of the previous
     # one (3 write-after-read barriers) besides the barrier after each exchange (4)
     peak = next(p.peak_bytes for p in plan.peaks if p.resource == "threadgroup_memory")
@@ -368,8 +368,8 @@ def _relayout(plan: MaterializationPlan, layouts: dict[str, LayoutChoice]
 
 def padded_softmax(target: Target) -> tuple[Kernel, MaterializationPlan]:
     kernel, plan = planned("softmax", "greedy-fusion", target)
-    return kernel, _relayout(plan, {"%0": LayoutChoice("padded", pad=1),
-                                    "%4": LayoutChoice("swizzled", swizzle=(3, 0, 4))})
+    return kernel, _relayout(plan, {"%x": LayoutChoice("padded", pad=1),
+                                    "%e": LayoutChoice("swizzled", swizzle=(3, 0, 4))})
 
 
 @needs_clang
@@ -430,22 +430,24 @@ CHECK-NEXT:  uint tg_pos_ [[threadgroup_position_in_grid]],
 CHECK-NEXT:  uint tid_pos_ [[thread_index_in_threadgroup]]) {
 CHECK:       const long block_m = gid_;
 CHECK:       // threadgroup memory: one arena of 2,688 B (the plan's peak: 2,256 B), buffers at
-CHECK-NEXT:  //   [0, 1536) %4: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in
-CHECK-NEXT:  //   [1536, 2668) %0: f32[4, N] stride [N + 1, 1], materialized in threadgroup_memory
+CHECK-NEXT:  //   [0, 1536) %e: f32[4, N] stride [N, 1] xor(3, 0, 4), materialized in
+CHECK-NEXT:  //   [1536, 1552) %s: f32[4], materialized in threadgroup_memory
+CHECK-NEXT:  //   [1536, 2668) %x: f32[4, N] stride [N + 1, 1], materialized in threadgroup_memory
 CHECK:       threadgroup float4 tg_arena_[168];
 CHECK-NEXT:  threadgroup uchar* tg_bytes_ = reinterpret_cast<threadgroup uchar*>(tg_arena_);
-CHECK-NEXT:  threadgroup float* tg_4 = reinterpret_cast<threadgroup float*>(tg_bytes_ + 0);
-CHECK-NEXT:  threadgroup float* tg_0 = reinterpret_cast<threadgroup float*>(tg_bytes_ + 1536);
-CHECK:       // %0 (materialized)
+CHECK-NEXT:  threadgroup float* tg_e = reinterpret_cast<threadgroup float*>(tg_bytes_ + 0);
+CHECK-NEXT:  threadgroup float* tg_s = reinterpret_cast<threadgroup float*>(tg_bytes_ + 1536);
+CHECK-NEXT:  threadgroup float* tg_x = reinterpret_cast<threadgroup float*>(tg_bytes_ + 1536);
+CHECK:       // %x (materialized)
 CHECK-NEXT:  for (long l_ = tid_; l_ < 4 * N; l_ += 64) {
-CHECK:       tg_0[(i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ?
-CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // plan: {{.*}} %0 written, then read
-CHECK:       acc_ = pl_max(acc_, tg_0[(i_0 * (N + 1)) + i_1]);
+CHECK:       tg_x[(i_0 * (N + 1)) + i_1] = (ulong((4 * block_m) + i_0) < ulong(M) ?
+CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);  // plan: {{.*}} %x written, then read
+CHECK:       acc_ = pl_max(acc_, tg_x[(i_0 * (N + 1)) + i_1]);
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
-CHECK:       tg_4[pl_swizzle((i_0 * N) + i_1, 112, 4)] = metal::exp(
+CHECK:       tg_e[pl_swizzle((i_0 * N) + i_1, 112, 4)] = metal::exp(
 CHECK:       threadgroup_barrier(mem_flags::mem_threadgroup);
 CHECK:       if (ulong((4 * block_m) + i_0) < ulong(M)) {
-CHECK-NEXT:  Y[{{.*}}] = (tg_4[pl_swizzle((i_0 * N) + i_1, 112, 4)] / tg_{{.*}}]);
+CHECK-NEXT:  Y[{{.*}}] = (tg_e[pl_swizzle((i_0 * N) + i_1, 112, 4)] / tg_{{.*}}]);
 """
 
 MANUAL_GEMM_CHECKS = """\

@@ -103,13 +103,13 @@ class Case:
 def case(name: str) -> Case:
     if name == "exp_two_consumers":
         # x -> a virtual: the fused a reads x's registers, the recomputed a re-reads X
-        return Case(make_exp_two_consumers(), {"M": 100, "N": 70}, "%1 -> %3#0",
-                    {"%0 -> %1#0": VIRTUAL, "%1 -> %5#0": VIRTUAL}, "transcendental",
+        return Case(make_exp_two_consumers(), {"M": 100, "N": 70}, "%a -> %1#0",
+                    {"%x -> %a#0": VIRTUAL, "%a -> %3#0": VIRTUAL}, "transcendental",
                     4 * 8 * 4, ({"M": 100, "N": 70}, {"M": 1, "N": 1}, {"M": 0, "N": 5},
                                 {"M": 3, "N": 0}, {"M": 5, "N": 13}))
     ex = softmax()
     # sh = x - max: the fused sh reads x from local storage, the recomputed one from X
-    return Case(ex.kernel, ex.bindings, "%3 -> %4#0", {}, "cheap", 4 * ex.bindings["N"] * 4,
+    return Case(ex.kernel, ex.bindings, "%sh -> %e#0", {}, "cheap", 4 * ex.bindings["N"] * 4,
                 ({"M": 100, "N": 70}, {"M": 1, "N": 1}, {"M": 0, "N": 5}, {"M": 3, "N": 0}))
 
 
@@ -156,7 +156,7 @@ def _consumer_nest(name: str, p: LoopProgram) -> Nest | ReduceNest:
     if name == "exp_two_consumers":  # a + 1 is computed in the store to Y
         return next(s for s in _parts(p) if isinstance(s, Nest) and hasattr(s.dest, "view")
                     and s.dest.view == "Y")  # type: ignore[union-attr]
-    return next(s for s in _parts(p) if getattr(s.dest, "buffer", None) == "4")
+    return next(s for s in _parts(p) if getattr(s.dest, "buffer", None) == "e")
 
 
 def _reads_input(s: Nest | ReduceNest) -> bool:
@@ -175,7 +175,7 @@ def test_recomputed_reloads_the_input_and_fused_reads_the_operand_as_decided(nam
     assert _reads_input(_consumer_nest(name, recomputed))
     # the operand is realized in both plans (for its other consumer); only the fused
     # consumer reads that realization
-    operand = "0"
+    operand = "x"
     assert operand in {b.name for b in fused.buffers}
     assert any(getattr(r, "buffer", None) == operand
                for r in elem_reads(_consumer_nest(name, fused).value))

@@ -2,7 +2,7 @@
 
 For every example on x86-avx2, apple-m2 and nvidia-h100, under the optimal plan and
 each feasible baseline, for the two reported disagreements (softmax's fused chain that
-keeps ``%0`` live while ``%4`` is written; manual GEMM's versions and staging copy) and
+keeps ``%x`` live while ``%e`` is written; manual GEMM's versions and staging copy) and
 for a few capacity-pressure configurations (bigger blocks), the loop program built from
 the plan allocates, per resource and per instance, at most the peak the plan reports
 for that resource.  On apple-m2 the Metal emitter accepts every plan the planner calls
@@ -58,7 +58,7 @@ def case(name: str) -> tuple[Kernel, dict[str, int]]:
     sm, mg, gm = _module("softmax"), _module("manual_gemm"), _module("gemm")
     at, ln = _module("attention"), _module("layernorm")
     made = {
-        # the reported cases: a fused chain reading %0 while %4 is written, and
+        # the reported cases: a fused chain reading %x while %e is written, and
         # As + Bs with their pipeline versions + the staging copy of the column-major Bs
         "softmax-64x2048": (sm.make_softmax(sm.SoftmaxConfig(block_m=64)),
                             {"M": 64, "N": 2048}),
@@ -359,15 +359,15 @@ def test_tight_threadgroup_memory(name: str, capacity: int) -> None:
 
 
 def test_softmax_fused_chain_keeps_its_operand_live() -> None:
-    """``%3 = %0 - %2`` fused into ``%4 = exp(%3)``: %0 is read while %4 is written, so
+    """``%sh = %x - %0`` fused into ``%e = exp(%sh)``: %x is read while %e is written, so
     the two 32 KiB rows cannot both sit in 32 KiB of threadgroup memory at once; the
     plan finds another placement and the emitter takes it."""
     plan = planned("softmax-4x2048", "apple-m2", None)
     assert plan.status is Status.OPTIMAL
     k, _ = case("softmax-4x2048")
     where = {e.value: e.resource for e in plan.edges if e.decision.value == "materialized"}
-    fused_03 = plan.edge("%3 -> %4#0").decision.value == "fused"
-    assert not (fused_03 and where.get("%0") == where.get("%4") == "threadgroup_memory")
+    fused_03 = plan.edge("%sh -> %e#0").decision.value == "fused"
+    assert not (fused_03 and where.get("%x") == where.get("%e") == "threadgroup_memory")
     tg = next(p for p in plan.peaks if p.resource == "threadgroup_memory")
     msl = emit_msl(k, plan, target("apple-m2"))
     assert msl.threadgroup_bytes <= tg.capacity
@@ -411,7 +411,7 @@ def test_infeasible_plan_explains_and_the_emitter_refuses() -> None:
     plan = planned("softmax", "apple-m2", Baseline.ALL_VIRTUAL.value, 1024)
     assert plan.status is Status.INFEASIBLE
     text = "\n".join(plan.explanation)
-    assert "exchange of %4 for %5 1,120 B > threadgroup_memory capacity 1,024 B" in text
+    assert "exchange of %e for %s 1,120 B > threadgroup_memory capacity 1,024 B" in text
     with pytest.raises(PlannerError, match="infeasible"):
         emit_msl(kernel("softmax"), plan, tight("apple-m2", 1024))
     optimal = planned("softmax", "apple-m2", None, 1024)  # other placements fit
@@ -424,10 +424,10 @@ def test_exchange_areas_for_register_tiles_count_on_split_registers() -> None:
     rows through a threadgroup exchange area, which the plan counts."""
     plan = planned("softmax", "apple-m2", None)
     virtual = {e.value for e in plan.edges if e.decision.value == "virtual"}
-    if "%0" not in virtual:
+    if "%x" not in virtual:
         pytest.skip("x is not kept in registers")
     tg = next(p for p in plan.peaks if p.resource == "threadgroup_memory")
-    assert any(h.startswith("exchange of %0") for h, _ in tg.holders)
+    assert any(h.startswith("exchange of %x") for h, _ in tg.holders)
     x86 = planned("softmax", "x86-avx2", None)  # one worker owns its registers
     assert not any(h.startswith("exchange") for p in x86.peaks for h, _ in p.holders)
 

@@ -53,14 +53,14 @@ def test_recompute_into_an_mma_accumulator_is_not_offered() -> None:
 def test_recompute_is_offered_only_where_it_differs_from_fusion() -> None:
     p = _problem("softmax")
     # x = load X: fusing it re-reads X in the consumer, which is what recomputing it does
-    for edge_id in ("%0 -> %1#0", "%0 -> %3#0"):
+    for edge_id in ("%x -> %mx#0", "%x -> %sh#0"):
         e = _edge(p, edge_id)
         assert e.legal(FUSED) and not e.legal(RECOMPUTED)  # (the default policy keeps x)
         assert "same program as fused" in e.why_illegal(RECOMPUTED)
     # broadcast(max): its operand is a reduction, which stops the chain
-    assert "same program as fused" in _edge(p, "%2 -> %3#1").why_illegal(RECOMPUTED)
+    assert "same program as fused" in _edge(p, "%0 -> %sh#1").why_illegal(RECOMPUTED)
     # sh = x - broadcast(max): fused reads x as its edges decided, recomputed re-reads X
-    sh = _edge(p, "%3 -> %4#0")
+    sh = _edge(p, "%sh -> %e#0")
     assert {FUSED, RECOMPUTED} <= set(allowed_choices(p, sh))
     assert dict(sh.recompute)["recompute"] > dict(sh.fused)["compute"]
 

@@ -105,7 +105,7 @@ class _Fn(_Mma):
         for i, name in enumerate(prog.symbols):
             self.env[name] = b.load(b.gep(syms, [c64(i)]))
         for i, p in enumerate(prog.params):
-            self.views[p.name] = b.load(b.gep(views, [c64(i)]))
+            self.views[p.name] = b.load(b.gep(views, [c64(i)]), name=f"view.{p.name}")
             base = self.cg.info_rank[i]
             for d in range(len(p.shape)):
                 self.env[self.cg.stride_sym(p.name, d)] = b.load(
@@ -116,23 +116,24 @@ class _Fn(_Mma):
             own = buf.name in self.seg.buffers
             off = b.load(b.gep(info, [c64(2 * idx)]))
             if where == "kernel":
-                self.bases[buf.name] = b.gep(garena, [off])
+                self.bases[buf.name] = b.gep(garena, [off], name=f"buf.{buf.name}")
             elif not own:
                 continue
             elif where == "stack":
                 n = buf.static_elements() or 0
-                arr = b.alloca(ir.ArrayType(_mem_type(buf.dtype), max(n, 1)))
+                arr = b.alloca(ir.ArrayType(_mem_type(buf.dtype), max(n, 1)),
+                               name=f"buf.{buf.name}")
                 arr.align = 64
                 self.bases[buf.name] = b.bitcast(arr, I8P)
             elif where == "worker":
-                self.bases[buf.name] = b.gep(warena, [off])
+                self.bases[buf.name] = b.gep(warena, [off], name=f"buf.{buf.name}")
             else:
                 stride = b.load(b.gep(info, [c64(2 * idx + 1)]))
                 per_instance.append((buf.name, b.gep(garena, [off]), stride))
         with self.loop(begin, end, 1, "inst") as inst:
             self.bind(self.seg.vars, self.seg.extents, inst)
             for name, base, stride in per_instance:
-                self.bases[name] = b.gep(base, [b.mul(inst, stride)])
+                self.bases[name] = b.gep(base, [b.mul(inst, stride)], name=f"buf.{name}")
             self.body(self.seg.body)
         self.free_scratch()
         b.ret_void()

@@ -32,8 +32,10 @@ Design
   llvmlite and LLVM versions, the planner version and :data:`_PIPELINE_VERSION`.  An
   entry is written to a temporary file in the same directory and moved into place with
   ``os.replace``, so concurrent processes never see a partial entry (the last writer
-  wins; both wrote the same bytes' worth of valid code); an entry whose magic, lengths
-  or checksum do not match (corrupt, truncated) is ignored and rewritten.  Any I/O
+  wins; both wrote the same bytes' worth of valid code); after a write the least recently
+  used entries (by mtime, which a hit refreshes) are removed beyond
+  ``PLANNER_CACHE_MAX_MB``; an entry whose magic, lengths or checksum do not match
+  (corrupt, truncated) is ignored and rewritten.  Any I/O
   error only costs the cache (the module is compiled as usual).
 * **Thread safety.** LLVM's global context is not thread-safe, so parsing, optimizing and
   code generation are serialized by one process-wide lock (:data:`_LLVM_LOCK`, the only
@@ -356,9 +358,11 @@ class DiskCache:
     ignored), ``errors`` (I/O or load failures that only cost the cache).
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, max_bytes: int | None = None) -> None:
         self.root = Path(root)
+        self.max_bytes = max_bytes if max_bytes is not None else _max_cache_bytes()
         self.hits = 0
+        self.pruned = 0
         self.misses = 0
         self.writes = 0
         self.corrupt = 0
@@ -370,7 +374,34 @@ class DiskCache:
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes,
-                "corrupt": self.corrupt, "errors": self.errors}
+                "corrupt": self.corrupt, "errors": self.errors, "pruned": self.pruned}
+
+    def prune(self) -> int:
+        """Removes least recently used entries (by mtime; a hit touches its entry) until
+        the directory holds at most ``max_bytes``; returns how many were removed.
+
+        Another process may remove or replace an entry meanwhile: a missing file is
+        skipped, and a reader that loses the race recompiles (a miss, never an error).
+        """
+        entries: list[tuple[float, int, Path]] = []
+        try:
+            for path in self.directory.glob("*.obj"):
+                with contextlib.suppress(OSError):
+                    st = path.stat()
+                    entries.append((st.st_mtime, st.st_size, path))
+        except OSError:
+            return 0
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += 1
+            total -= size
+        self.pruned += removed
+        return removed
 
     @staticmethod
     def make_key(memory_key: str, context: str = "") -> str:
@@ -404,6 +435,8 @@ class DiskCache:
             _log.info("planner jit disk cache: ignoring corrupt entry %s", path)
             return None
         self.hits += 1
+        with contextlib.suppress(OSError):
+            os.utime(path)  # least-recently-used order for prune()
         _log.debug("planner jit disk cache: hit %s", key)
         return entry
 
@@ -458,7 +491,21 @@ class DiskCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         self.writes += 1
+        self.prune()
         return True
+
+
+#: Default size cap of the disk cache; ``PLANNER_CACHE_MAX_MB`` overrides it.
+DEFAULT_CACHE_MAX_MB = 512
+
+
+def _max_cache_bytes() -> int:
+    text = os.environ.get("PLANNER_CACHE_MAX_MB", "").strip()
+    try:
+        mb = float(text) if text else DEFAULT_CACHE_MAX_MB
+    except ValueError:
+        mb = DEFAULT_CACHE_MAX_MB
+    return max(0, int(mb * (1 << 20)))
 
 
 _disk_state: dict[str, DiskCache] = {}
