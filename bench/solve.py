@@ -3,7 +3,8 @@
 Usage::
 
     python bench/solve.py [--target x86-avx2] [--sizes 100 1000 10000] [--time-limit 10]
-                          [--workers 2] [--skip-examples] [--skip-synthetic]
+                          [--workers 2] [--chain 100 200 400] [--skip-examples]
+                          [--skip-synthetic] [--skip-chain]
 
 Part 1, per example (its default bindings): the time to plan it optimally and the cost
 ratio of each baseline (all-materialize, greedy-fusion, all-virtual) to the optimal plan
@@ -14,13 +15,22 @@ elementwise ops, exps (shared by several consumers) and row reductions with thei
 broadcasts over 4×16 f32 tiles, inside one parallel region, so register capacity
 binds.  Reported: the time to a proven optimum, or the gap when the time limit stops the
 search, on ``--workers`` search workers: ``plan s`` is the whole ``plan_kernel`` call
-(graph, pricing, proofs, model building, search), ``cp-sat s`` the search alone.
+(graph, pricing, proofs, model building, search, evaluation), which ``time_limit`` bounds
+(``/ limit``: its share of the limit), ``cp-sat s`` the search alone, ``model size`` the
+estimate of :func:`planner.solve.budget.estimate_model_size`.
+
+Part 3, the row softmax with ``N`` chained ``exp`` between its exp and its sum (the
+issue's "400 chained exps"), each planned in a fresh process: the whole call's wall time,
+its status, and the process's peak resident memory (CP-SAT's included).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import random
+import resource
 import sys
 import time
 from pathlib import Path
@@ -29,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.catalog import CatalogRegistry  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 from planner.ir.core import Kernel  # noqa: E402
 from planner.ir.examples import list_examples, load_example  # noqa: E402
 from planner.ir.frontend import (  # noqa: E402
@@ -44,12 +55,14 @@ from planner.ir.frontend import (  # noqa: E402
     f32,
     maximum,
     parallel,
+    reduce_max,
     reduce_sum,
     shape,
     tile_kernel,
 )
 from planner.plan.plan_io import table  # noqa: E402
 from planner.solve import Baseline, Status, plan_kernel  # noqa: E402
+from planner.solve.budget import estimate_model_size  # noqa: E402
 
 
 def _synthetic_dag(edges: int, seed: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -118,6 +131,55 @@ def synthetic_kernel(edges: int, seed: int = 0) -> Kernel:
     return synthetic
 
 
+def softmax_chain(n_exp: int) -> Kernel:
+    """Row softmax over 4-row blocks with ``n_exp`` more ``exp`` after its own."""
+
+    @tile_kernel(f"softmax_chain_{n_exp}")
+    def softmax_chain(X: TensorView[const(f32), dims("M", "N")],
+                      Y: TensorView[f32, dims("M", "N")]) -> None:
+        gm = axis("block_m", ceil_div(X.extent(0), 4))
+        m, n = axis("m", 4), axis("n", X.extent(1))
+        for nest in parallel(shape(gm)):
+            r0 = nest.index(gm) * 4
+            x = X[coord(r0, 0), shape(m, n)]
+            e = exp(x - broadcast(reduce_max(x, axis=1), shape(m, n), dims=(0,)))
+            for _ in range(n_exp):
+                e = exp(e)
+            s = reduce_sum(e, axis=1)
+            Y(coord(r0, 0), shape(m, n)).store(e / broadcast(s, shape(m, n), dims=(0,)))
+
+    return softmax_chain
+
+
+CHAIN_BINDINGS = {"M": 100, "N": 70}
+
+
+def _plan_chain(target: str, n_exp: int, time_limit: float, workers: int
+                ) -> tuple[int, str, float, float, float]:
+    kernel = softmax_chain(n_exp)
+    t0 = time.perf_counter()
+    plan = plan_kernel(kernel, CatalogRegistry().get(target), CHAIN_BINDINGS,
+                       time_limit_s=time_limit, workers=workers)
+    elapsed = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return len(plan.edges), plan.status.value, plan.gap, elapsed, rss
+
+
+def bench_chain(target: str, sizes: list[int], time_limit: float, workers: int) -> str:
+    rows = []
+    for n_exp in sizes:
+        spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
+        with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+            edges, status, gap, elapsed, rss = pool.submit(
+                _plan_chain, target, n_exp, time_limit, workers).result()
+        size = estimate_model_size(softmax_chain(n_exp), CHAIN_BINDINGS).figure
+        rows.append((str(n_exp), str(edges), f"{size:,}", status, f"{gap:.3%}",
+                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", f"{rss:.0f}"))
+    head = ("chained exps", "edges", "model size", "status", "gap", "plan s", "/ limit",
+            "peak RSS MiB")
+    return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7))
+
+
 def bench_examples(target: str, time_limit: float, workers: int) -> str:
     reg = CatalogRegistry()
     rows = []
@@ -145,14 +207,23 @@ def bench_synthetic(target: str, sizes: list[int], time_limit: float, workers: i
     rows = []
     for size in sizes:
         kernel = synthetic_kernel(size)
+        estimate = estimate_model_size(kernel, {"M": 64, "N": 64}).figure
         t0 = time.perf_counter()
-        plan = plan_kernel(kernel, reg.get(target), {"M": 64, "N": 64},
-                           time_limit_s=time_limit, workers=workers)
+        try:
+            plan = plan_kernel(kernel, reg.get(target), {"M": 64, "N": 64},
+                               time_limit_s=time_limit, workers=workers)
+        except PlannerError as exc:  # the limit passed with no plan at all
+            elapsed = time.perf_counter() - t0
+            rows.append((str(size), "-", f"{estimate:,}", exc.kind or "error",
+                         f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", "-", "-", "-"))
+            continue
         elapsed = time.perf_counter() - t0
-        rows.append((str(size), str(len(plan.edges)), plan.status.value, f"{elapsed:.2f}",
+        rows.append((str(size), str(len(plan.edges)), f"{estimate:,}", plan.status.value,
+                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}",
                      f"{plan.solve_time_s:.2f}", f"{plan.gap:.3%}", f"{plan.objective:,}"))
-    head = ("target edges", "edges", "status", "plan s", "cp-sat s", "gap", "objective ns")
-    return table(head, rows, right=(0, 1, 3, 4, 5, 6))
+    head = ("target edges", "edges", "model size", "status", "plan s", "/ limit", "cp-sat s",
+            "gap", "objective ns")
+    return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7, 8))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,12 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-examples", action="store_true")
     ap.add_argument("--skip-synthetic", action="store_true")
+    ap.add_argument("--chain", type=int, nargs="+", default=[100, 200, 400])
+    ap.add_argument("--skip-chain", action="store_true")
     args = ap.parse_args(argv)
     print(f"target {args.target}, {args.workers} workers, time limit {args.time_limit:g} s\n")
     if not args.skip_examples:
         print(bench_examples(args.target, args.time_limit, args.workers), "\n", flush=True)
     if not args.skip_synthetic:
-        print(bench_synthetic(args.target, args.sizes, args.time_limit, args.workers))
+        print(bench_synthetic(args.target, args.sizes, args.time_limit, args.workers), "\n",
+              flush=True)
+    if not args.skip_chain:
+        print(bench_chain(args.target, args.chain, args.time_limit, args.workers))
     return 0
 
 

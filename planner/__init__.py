@@ -213,15 +213,17 @@ def run(kernel: Kernel | LoadedKernel | str | Path, plan: MaterializationPlan | 
         inputs: Mapping[str, np.ndarray] | None = None, check: bool = True, *,
         threads: int | None = None, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4
         ) -> dict[str, np.ndarray]:
-    """Compile ``kernel`` under ``plan`` for a CPU target and run it; returns the outputs
+    """Compile ``kernel`` under ``plan`` for ``target`` and run it; returns the outputs
     (``{view name: array}``, every writable view).
 
+    On a CPU target the code is compiled with llvmlite and runs natively (``threads``
+    workers); on a Metal target the emitted MSL runs in the emulator (``threads`` does not
+    apply), in the forward thread order and, with ``check``, in the reverse order too.
     ``inputs`` maps view names to numpy arrays (copied, never written); missing ones are
     random (``seed``; writable views zero-filled), as ``planner run`` does.  With
     ``check`` the outputs are compared with the reference interpreter on the same inputs
     and a mismatch raises :class:`PlannerError` (kind ``mismatch``).  Without a plan the
-    kernel is planned here.  Only ``llvm-cpu`` targets run (Metal code runs through
-    ``planner metal-check``).
+    kernel is planned here.
     """
     import numpy as np
 
@@ -232,34 +234,42 @@ def run(kernel: Kernel | LoadedKernel | str | Path, plan: MaterializationPlan | 
     k, _, env = _kernel_and_bindings(kernel, None)  # the example's bindings
     tgt = _target(target if target is not None else (plan.target if plan else None))
     backend = backend_for(tgt)
-    if backend.serves is not CatalogBackend.LLVM_CPU:
-        raise PlannerError(Diagnostic(
-            f"planner.run runs llvm-cpu targets; {tgt.name} lowers to "
-            f"{backend.serves.value}: use planner.lower(..., emit='msl') or "
-            f"'planner metal-check'"), kind="unsupported")
+    backend.require(tgt)  # a planning-only target, or a CPU the host lacks, is refused
     given = {name: np.array(value, copy=True) for name, value in (inputs or {}).items()}
     # Explicit bindings over the inputs' shapes over the plan's over the example's.
     env = {**env, **(dict(plan.bindings) if plan is not None else {}),
            **_shape_bindings(k, given), **dict(bindings or {})}
     p = _feasible_plan(k, plan, tgt, env)
-    from planner.lower.cpu import compile_kernel
-
     arrays = {**random_inputs(k, env, seed), **given}
-    compiled = compile_kernel(k, p, tgt, threads=threads)
-    fresh = {name: a.copy() for name, a in arrays.items()}
-    outputs = compiled(fresh, bindings=env)
+    runs: list[tuple[str, Mapping[str, np.ndarray]]]
+    if backend.serves is CatalogBackend.METAL:
+        from planner.lower.metal.emitter import emit_msl
+        from planner.lower.metal.runtime import run_msl_kernel
+
+        msl = emit_msl(k, p, tgt)
+        orders = ("forward", "reverse") if check else ("forward",)
+        runs = [(f"emulated Metal ({order} thread order)",
+                 run_msl_kernel(k, msl, arrays, env, order=order, seed=seed).outputs)
+                for order in orders]
+    else:
+        from planner.lower.cpu import compile_kernel
+
+        compiled = compile_kernel(k, p, tgt, threads=threads)
+        fresh = {name: a.copy() for name, a in arrays.items()}
+        runs = [("compiled", compiled(fresh, bindings=env))]
     if check:
         expected = interpret(k, arrays, env)
-        bad = []
-        for name, want in expected.items():
-            ok, err = compare_output(outputs[name], want, rtol, atol)
-            if not ok:
-                bad.append(f"{name} (max abs error {err:.3g})")
-        if bad:
-            raise PlannerError(Diagnostic(
-                f"compiled {k.name} disagrees with the reference interpreter on "
-                f"{', '.join(bad)} (rtol {rtol}, atol {atol})"), kind="mismatch")
-    return dict(outputs)
+        for what, outputs in runs:
+            bad = []
+            for name, want in expected.items():
+                ok, err = compare_output(outputs[name], want, rtol, atol)
+                if not ok:
+                    bad.append(f"{name} (max abs error {err:.3g})")
+            if bad:
+                raise PlannerError(Diagnostic(
+                    f"{what} {k.name} disagrees with the reference interpreter on "
+                    f"{', '.join(bad)} (rtol {rtol}, atol {atol})"), kind="mismatch")
+    return dict(runs[0][1])
 
 
 def _shape_bindings(kernel: Kernel, arrays: Mapping[str, Any]) -> dict[str, int]:

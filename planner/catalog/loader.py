@@ -85,9 +85,27 @@ def load_target_source(text: str, filename: str, expected_name: str | None) -> T
     return _build(top, filename, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
+#: Deepest YAML nesting a catalog may have (catalogs are about five levels deep).
+MAX_YAML_DEPTH = 32
+#: Most YAML nodes a catalog may have (a built-in one has a few hundred).
+MAX_YAML_NODES = 20_000
+#: Digits of the longest integer a catalog may write (2**64 has 20).
+MAX_INT_DIGITS = 20
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
 def _compose(text: str, filename: str) -> yaml.Node:
+    pieces = text.count("\n") + text.count(",")  # an upper bound of the nodes to come
+    if pieces > MAX_YAML_NODES:  # composing costs far more than counting: refuse first
+        raise PlannerError(Diagnostic(f"the catalog has more than {MAX_YAML_NODES} lines and "
+                                      "flow items", SourceLoc(filename, 1), rule="yaml-size"),
+                           kind="catalog")
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise PlannerError(Diagnostic(f"the YAML is nested too deeply (at most "
+                                      f"{MAX_YAML_DEPTH} levels)", SourceLoc(filename, 1),
+                                      rule="yaml-depth"), kind="catalog") from None
     except yaml.MarkedYAMLError as exc:
         loc = _mark_loc(filename, exc.problem_mark or exc.context_mark)
         started = _mark_loc(filename, exc.context_mark)
@@ -102,7 +120,38 @@ def _compose(text: str, filename: str) -> yaml.Node:
         raise PlannerError(Diagnostic("the catalog is empty (expected a mapping with name, "
                                       "scopes, resources, access and costs)",
                                       SourceLoc(filename, 1)), kind="catalog")
+    _check_nodes(node, filename)
     return node
+
+
+def _check_nodes(root: yaml.Node, filename: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_YAML_DEPTH`, more than :data:`MAX_YAML_NODES`
+    nodes and integers longer than :data:`MAX_INT_DIGITS` digits before anything
+    constructs values (an iterative walk: no recursion on hostile input)."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        loc = _mark_loc(filename, node.start_mark)
+        seen += 1
+        if seen > MAX_YAML_NODES:
+            raise PlannerError(Diagnostic(f"the catalog has more than {MAX_YAML_NODES} YAML "
+                                          "nodes", SourceLoc(filename, 1), rule="yaml-size"),
+                               kind="catalog")
+        if depth > MAX_YAML_DEPTH:
+            raise PlannerError(Diagnostic(f"the YAML is nested deeper than {MAX_YAML_DEPTH} "
+                                          "levels", loc, rule="yaml-depth"), kind="catalog")
+        if isinstance(node, yaml.ScalarNode):
+            digits = sum(ch.isdigit() for ch in node.value)
+            if node.tag == _INT_TAG and digits > MAX_INT_DIGITS:
+                raise PlannerError(Diagnostic(
+                    f"an integer of {digits} digits; catalog numbers must fit in 64 bits",
+                    loc, rule="integer-too-large"), kind="catalog")
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend(((key, depth + 1), (value, depth + 1)))
 
 
 def _mark_loc(filename: str, mark: yaml.Mark | None) -> SourceLoc:

@@ -11,6 +11,13 @@ Nothing here reads the environment on import; callers pass the directories in
 Loaded targets are cached per path and reused while the file's mtime and size are
 unchanged, or, when they changed, while its content hash is.
 
+Every accepted revision of a catalog written through the service is kept under
+``<dir>/.revisions/<name>/<sha256>.yaml`` (:data:`REVISIONS_DIR`), named by its content
+hash, which is the ``catalog_hash`` a plan records; ``NAME@HASH`` (a unique prefix of
+at least six hex digits will do) names that revision wherever a target is looked up by
+name (:meth:`CatalogRegistry.revision`), so ``planner compare K --target x@3f2a91
+--target x@77c0de`` compares two revisions of one catalog.
+
 The name ``host`` (:data:`HOST_TARGET`) is not a file: :func:`host_target_name` resolves
 it to the first of :data:`HOST_CANDIDATES` whose ``cpu.llvm_features`` the machine this
 process runs on has (``x86-avx512`` with AVX-512 F/BW/CD/DQ/VL, else ``x86-avx2``), as
@@ -45,6 +52,12 @@ BUILTIN_DIR = Path(__file__).resolve().parents[1] / "catalogs"
 HOST_TARGET = "host"
 #: The catalogs ``host`` may stand for, most capable first.
 HOST_CANDIDATES: tuple[str, ...] = ("x86-avx512", "x86-avx2")
+
+#: The folder of a catalog directory that keeps every accepted revision of its files.
+REVISIONS_DIR = ".revisions"
+#: The separator of ``NAME@HASH``, a target at one revision of its catalog.
+REVISION_SEP = "@"
+_DIGEST = re.compile(r"[0-9a-f]{6,64}")
 
 _host_lock = threading.Lock()
 _host_state: dict[str, tuple[str, frozenset[str]]] = {}
@@ -144,9 +157,56 @@ class CatalogRegistry:
         raise PlannerError(Diagnostic(f"unknown target {name!r}{hint}; known targets: "
                                       f"{', '.join(known)}"), kind="unknown-target")
 
+    def revision_files(self, name: str) -> dict[str, Path]:
+        """Every stored revision of catalog ``name``, by content hash (first directory wins)."""
+        found: dict[str, Path] = {}
+        if re.fullmatch(TARGET_NAME.pattern or "", name) is None:
+            return found
+        for directory in self.dirs:
+            folder = directory / REVISIONS_DIR / name
+            for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+                if re.fullmatch(r"[0-9a-f]{64}", path.stem):
+                    found.setdefault(path.stem, path)
+        return found
+
+    def revision_file(self, name: str, digest: str) -> Path:
+        """The file of revision ``digest`` of catalog ``name``: a stored revision, or the
+        visible file when its content hash is ``digest``.  ``digest`` may be a unique prefix
+        of at least six hex digits; a PlannerError ``unknown-target`` names the known ones."""
+        digest = digest.lower()
+        if _DIGEST.fullmatch(digest) is None:
+            raise PlannerError(Diagnostic(f"{digest!r} is not a catalog revision (6 to 64 hex "
+                                          "digits of its SHA-256)"), kind="usage")
+        files = self.revision_files(name)
+        try:
+            current: Path | None = self.path(name)
+        except PlannerError:
+            current = None
+        if current is not None:
+            files.setdefault(hashlib.sha256(current.read_bytes()).hexdigest(), current)
+        matches = sorted(h for h in files if h.startswith(digest))
+        if len(matches) > 1:
+            raise PlannerError(Diagnostic(f"revision {digest!r} of catalog {name!r} is "
+                                          f"ambiguous: {', '.join(m[:12] for m in matches)}"),
+                               kind="usage")
+        if not matches:
+            known = ", ".join(h[:12] for h in sorted(files)) or "none"
+            raise PlannerError(Diagnostic(f"unknown revision {digest!r} of catalog {name!r} "
+                                          f"(known revisions: {known})"), kind="unknown-target")
+        return files[matches[0]]
+
+    def revision(self, name: str, digest: str) -> Target:
+        """Target ``name`` as revision ``digest`` of its catalog says (see
+        :meth:`revision_file`); its ``content_hash`` is the full digest."""
+        path = self.revision_file(name, digest)
+        return load_target_source(read_catalog_text(path), str(path), expected_name=name)
+
     def get(self, name: str) -> Target:
         """The validated target ``name`` (cached while its file is unchanged; ``host``: the
-        catalog matching this machine)."""
+        catalog matching this machine; ``NAME@HASH``: that revision, see :meth:`revision`)."""
+        if REVISION_SEP in name:
+            base, _, digest = name.partition(REVISION_SEP)
+            return self.revision(self.resolve_name(base), digest)
         name = self.resolve_name(name)
         path = self.path(name)
         stat = path.stat()

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "planner.cli.lower_cmds",
     "planner.cli.survey_cmds",
     "planner.cli.report_cmds",
+    "planner.cli.sweep_cmds",
 )
 
 #: Exit statuses (also in ``planner --help``).

@@ -2,7 +2,8 @@
 
 ``plan`` prints the plan as a table (``--json`` for the JSON form, ``--dot FILE`` to
 also write Graphviz, ``--dot -`` to print the Graphviz instead of the table).
-``compare`` plans one kernel several ways — two ``--target``s, two ``--policy``s, or
+``compare`` plans one kernel several ways — two ``--target``s (``NAME@HASH``: a kept
+revision of a catalog, :meth:`planner.catalog.CatalogRegistry.revision`), two ``--policy``s, or
 the optimal plan against ``--baseline``s — or reads saved plans (``--plans A.json
 B.json``), and prints them side by side.  A long solve reports its best objective and
 bound on stderr while it runs, when stderr is a terminal.
@@ -71,7 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Plan a kernel on two targets, under two policies "
                               "or against baselines, or compare saved plans.")
     c.add_argument("kernel", nargs="?", help="an example .py file or name, text or JSON IR")
-    c.add_argument("--target", action="append", default=[], help="repeat to compare targets")
+    c.add_argument("--target", action="append", default=[],
+                   help="repeat to compare targets; NAME@HASH is the revision of catalog NAME "
+                   "with that content hash (kept by the server in <dir>/.revisions), so "
+                   "two of them compare two revisions of one catalog")
     c.add_argument("--policy", action="append", default=[], choices=[x.value for x in Policy],
                    help="repeat to compare policies")
     c.add_argument("--baseline", action="append", default=[],

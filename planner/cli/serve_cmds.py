@@ -5,12 +5,24 @@ The command turns its flags (and the token's environment variable) into a
 nothing else reads
 the environment.  Catalog writes are enabled only when the variable named by
 ``--token-env`` holds a token and a writable catalog directory is known.
+
+The command binds the listening socket itself (so ``--port 0`` prints the port it got)
+and, with ``--processes N`` (N > 1), forks N server processes that accept on that one
+socket, each with its own app, worker pool and plan cache; the parent only supervises
+(a process that dies is replaced; SIGINT/SIGTERM stop them all).  They share the
+catalog directories: :mod:`planner.server.catalog_store` serializes writes across
+processes with a lock file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import socket
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="environment variable holding the bearer token for catalog writes "
                    "(default PLANNER_TOKEN; unset: writes disabled)")
     p.add_argument("--workers", type=positive_int, default=2, metavar="N",
-                   help="worker threads that parse, solve and lower, 1..256 (default 2)")
+                   help="worker processes that parse, solve and lower (memory- and "
+                   "CPU-limited, killed on a deadline or a disconnect), 1..256 (default 2)")
+    p.add_argument("--processes", type=positive_int, default=1, metavar="N",
+                   help="server processes accepting on the one listening socket, each with "
+                   "--workers threads and its own plan cache (default 1)")
     p.add_argument("--cache-size", type=non_negative_int, default=256, metavar="N",
                    help="plans kept in the LRU cache, >= 0 (default 256)")
     p.add_argument("--max-time-limit", type=positive_float, default=60.0, metavar="SECONDS",
@@ -78,14 +94,95 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args, os.environ)
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        sock = socket.create_server((settings.host, settings.port), family=family,
+                                    backlog=2048)
+    except OSError as exc:
+        raise error(f"planner serve: cannot listen on {settings.host}:{settings.port}: "
+                    f"{exc.strerror}", kind="usage") from None
+    port = sock.getsockname()[1]
+    writes = "enabled" if settings.writes_enabled else "disabled"
+    processes = f"; {args.processes} processes" if args.processes > 1 else ""
+    print(f"planner serve: http://{settings.host}:{port}  (catalog writes {writes}{processes}; "
+          f"OpenAPI at /docs)", flush=True)
+    if args.processes == 1:
+        _serve(settings, sock)
+        return 0
+    return _supervise(settings, sock, args.processes)
+
+
+#: A server process that exits (not killed by a signal) sooner than this after its start
+#: failed to start: the supervisor stops rather than fork it again and again.
+_STARTUP_S = 10.0
+
+
+def _serve(settings: Settings, sock: socket.socket) -> None:
+    """One server process: a new app on the listening socket ``sock``, until signalled."""
     import uvicorn
 
     from planner.server import create_app
+    from planner.server.protocol import uvicorn_options
 
-    settings = settings_from_args(args, os.environ)
     app = create_app(settings)
-    writes = "enabled" if settings.writes_enabled else "disabled"
-    print(f"planner serve: http://{settings.host}:{settings.port}  (catalog writes {writes}; "
-          f"OpenAPI at /docs)")
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
-    return 0
+    # Connection limits: slow heads and idle connections are closed, heads are bounded.
+    uvicorn.Server(uvicorn.Config(app, log_level="info", **uvicorn_options(settings))).run(
+        sockets=[sock])
+
+
+def _fork_server(settings: Settings, sock: socket.socket) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:  # the child: default signal handling until uvicorn installs its own
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _serve(settings, sock)
+        code = 0
+    except BaseException as exc:  # report it, then leave the forked process
+        print(f"planner serve: process {os.getpid()} failed: {exc!r}", file=sys.stderr)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _supervise(settings: Settings, sock: socket.socket, processes: int) -> int:
+    """Fork ``processes`` servers on ``sock``; replace one killed by a signal or ending
+    after it served a while; stop all on SIGINT/SIGTERM, or when one fails as it starts
+    (status 1)."""
+    children = {_fork_server(settings, sock): time.monotonic() for _ in range(processes)}
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    failed = False
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        started = children.pop(pid, time.monotonic())
+        if stopping:
+            continue
+        failed = True
+        exited = os.WIFEXITED(status)  # not killed by a signal
+        if exited and time.monotonic() - started < _STARTUP_S:  # cannot start: no spinning
+            print(f"planner serve: process {pid} failed as it started (status {status}); "
+                  "stopping", file=sys.stderr, flush=True)
+            stop(signal.SIGTERM, None)
+            continue
+        print(f"planner serve: process {pid} ended (status {status}); starting another",
+              file=sys.stderr, flush=True)
+        children[_fork_server(settings, sock)] = time.monotonic()
+    sock.close()
+    return 1 if failed else 0

@@ -37,6 +37,8 @@ from planner.ir.frontend import (
     where,
     zeros,
 )
+from planner.sweep import Space
+from planner.sweep import where as such_that
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,15 @@ def make_attention(cfg: AttentionConfig = AttentionConfig(), scope: str = exec_.
     return attention
 
 
-def kernel():
-    return make_attention()
+#: The sweep space: query and key/value tile sizes and the pipeline window.
+SPACE = Space(
+    {"block_q": (8, 16, 32, 64), "block_kv": (8, 16, 32, 64), "window": (1, 2, 3)},
+    such_that("scores tile <= 1024 elements", lambda block_q, block_kv: block_q * block_kv <= 1024),
+)
+
+
+def kernel(block_q=16, block_kv=16, window=2):
+    return make_attention(AttentionConfig(block_q, block_kv, window))
 
 
 BINDINGS = {"L": 50, "S": 37, "D": 24}

@@ -21,6 +21,7 @@ from planner.ir.frontend import (
     tile_kernel,
     zeros,
 )
+from planner.sweep import Space, where
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,16 @@ def make_gemm(cfg: GemmConfig = GemmConfig(), scope: str = exec_.AUTOMATIC):
     return gemm
 
 
-def kernel():
-    return make_gemm()
+#: The sweep space: tile sizes and the pipeline window.
+SPACE = Space(
+    {"block_m": (8, 16, 32, 64), "block_n": (8, 16, 32, 64), "block_k": (8, 16, 32),
+     "window": (1, 2, 3)},
+    where("acc tile <= 2048 elements", lambda block_m, block_n: block_m * block_n <= 2048),
+)
+
+
+def kernel(block_m=32, block_n=32, block_k=16, window=2):
+    return make_gemm(GemmConfig(block_m, block_n, block_k, window))
 
 
 BINDINGS = {"M": 100, "N": 70, "K": 37}

@@ -23,6 +23,7 @@ from planner.ir.frontend import (
     shape,
     tile_kernel,
 )
+from planner.sweep import Space
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,12 @@ def make_layernorm(cfg: LayerNormConfig = LayerNormConfig(), scope: str = exec_.
     return layernorm
 
 
-def kernel():
-    return make_layernorm()
+#: The sweep space: rows per instance.
+SPACE = Space({"block_m": (1, 2, 4, 8, 16, 32)})
+
+
+def kernel(block_m=4):
+    return make_layernorm(LayerNormConfig(block_m=block_m))
 
 
 BINDINGS = {"M": 100, "N": 70}

@@ -30,6 +30,7 @@ from planner.ir.frontend import (
     tile_kernel,
     zeros,
 )
+from planner.sweep import Space, where
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,20 @@ def make_manual_gemm(cfg: GemmConfig = GemmConfig(), scope: str = exec_.AUTOMATI
     return manual_gemm
 
 
-def kernel():
-    return make_manual_gemm()
+#: The sweep space: tile sizes, the pipeline window and where As/Bs may live ("auto":
+#: the planner picks a home, "shared": threadgroup/shared memory only).
+SPACE = Space(
+    {"block_m": (16, 32, 64, 128), "block_n": (16, 32, 64, 128), "block_k": (16, 32, 64),
+     "window": (1, 2, 3), "resource": ("auto", "shared")},
+    where("acc tile <= 8192 elements", lambda block_m, block_n: block_m * block_n <= 8192),
+)
+
+RESOURCES = {"auto": mem.auto_, "shared": mem.shared}
+
+
+def kernel(block_m=32, block_n=32, block_k=16, window=2, resource="auto"):
+    return make_manual_gemm(GemmConfig(block_m, block_n, block_k, window),
+                            resource=RESOURCES[resource])
 
 
 BINDINGS = {"M": 100, "N": 70, "K": 37}

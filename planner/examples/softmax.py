@@ -23,6 +23,7 @@ from planner.ir.frontend import (
     shape,
     tile_kernel,
 )
+from planner.sweep import Space
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,12 @@ def make_softmax(cfg: SoftmaxConfig = SoftmaxConfig(), scope: str = exec_.AUTOMA
     return softmax
 
 
-def kernel():
-    return make_softmax()
+#: The sweep space: rows per instance.
+SPACE = Space({"block_m": (1, 2, 4, 8, 16, 32)})
+
+
+def kernel(block_m=4):
+    return make_softmax(SoftmaxConfig(block_m))
 
 
 BINDINGS = {"M": 100, "N": 70}

@@ -398,6 +398,33 @@ class TransposeOp(Op):
 
 
 @dataclass(eq=False)
+class SliceOp(Op):
+    SPEC = OpSpec("tile.slice", "the window `offsets` +: `shape` of x; input dims not in "
+                  "`dims` have extent 1 and are dropped", operands=("x",),
+                  attrs=("offsets", "shape", "dims"))
+    x: Value
+    offsets: tuple[Expr, ...]
+    shape: tuple[Expr, ...]  # the window's extent in every input dim
+    dims: tuple[int, ...]  # the input dims the result keeps, in order
+
+    def result_types(self) -> list[IRType]:
+        t = _tile(self.x)
+        if len(self.offsets) != t.rank or len(self.shape) != t.rank:
+            raise TypeError(f"a slice of a rank-{t.rank} tile needs {t.rank} offsets and "
+                            f"extents, got {len(self.offsets)} and {len(self.shape)}")
+        if list(self.dims) != sorted(set(self.dims)) or not all(0 <= d < t.rank
+                                                                for d in self.dims):
+            raise TypeError(f"kept dims {list(self.dims)} are not increasing input dims "
+                            f"of a rank-{t.rank} tile")
+        return [TileType(t.dtype, tuple(self.shape[d] for d in self.dims))]
+
+    def source_index(self, idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        """The input element that result element ``idx`` reads."""
+        at = dict(zip(self.dims, idx, strict=True))
+        return tuple(o + at[d] if d in at else o for d, o in enumerate(self.offsets))
+
+
+@dataclass(eq=False)
 class ReduceOp(Op):
     SPEC = OpSpec("tile.reduce", "reduce over `axis`, removing it", operands=("x",),
                   attrs=("fn", "axis"))
@@ -519,7 +546,8 @@ class YieldOp(Op):
 
 OP_CLASSES: tuple[type[Op], ...] = (
     LoadOp, StoreOp, FullOp, IotaOp, UnaryOp, BinaryOp, SelectOp, CastOp, BroadcastOp,
-    TransposeOp, ReduceOp, MmaOp, AllocOp, MemStoreOp, MemLoadOp, ParallelOp, LoopOp, YieldOp,
+    TransposeOp, SliceOp, ReduceOp, MmaOp, AllocOp, MemStoreOp, MemLoadOp, ParallelOp, LoopOp,
+    YieldOp,
 )
 OPS_BY_NAME: dict[str, type[Op]] = {c.SPEC.name: c for c in OP_CLASSES}
 
@@ -532,6 +560,9 @@ class Kernel:
     params: list[Value]
     body: Block
     loc: SourceLoc = UNKNOWN_LOC
+    #: the configuration the instance was made with (a sweep point: ``{"block_m": 64,
+    #: "resource": "shared"}``); printed in the kernel header, kept by both IR forms
+    config: dict[str, int | str] = field(default_factory=dict)
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

@@ -64,7 +64,7 @@ from planner.ir.core import (
     Value,
 )
 from planner.ir.dtypes import DType
-from planner.ir.expr import Expr, IntLike, as_expr, sym
+from planner.ir.expr import Apply, Const, Expr, ExprOp, IntLike, add, as_expr, mul, sym
 from planner.ir.expr import ceil_div as _ceil_div
 from planner.ir.layout import Layout, XorSwizzle, dense, strided
 from planner.ir.types import MemoryType, TileType, ViewType
@@ -322,6 +322,45 @@ class Tile:
         a, b = (rhs, self) if reverse else (self, rhs)
         return _binary(fn, a, b)
 
+    def __getitem__(self, key: object) -> Tile:
+        """A static slice: ``h[:, j:j + t]`` (start and stop are integers or kernel
+        expressions, step 1); an integer index keeps extent 1 and drops the dim
+        (``h[0]`` of a ``[4, 8]`` tile is ``[8]``).  Missing trailing dims are whole."""
+        items = key if isinstance(key, tuple) else (key,)
+        rank = self.type.rank
+        if len(items) > rank:
+            raise _user_error(f"a rank-{rank} tile [{', '.join(map(str, self.shape))}] "
+                              f"indexed with {len(items)} subscripts")
+        items = items + (slice(None),) * (rank - len(items))
+        offsets: list[Expr] = []
+        sizes: list[Expr] = []
+        kept: list[int] = []
+        for d, (it, extent) in enumerate(zip(items, self.shape, strict=True)):
+            if isinstance(it, slice):
+                if it.step not in (None, 1):
+                    raise _user_error(f"slice step {it.step!r} in dim {d}: only step 1 "
+                                      "(a contiguous window) is supported")
+                start = as_expr(0 if it.start is None else _index(it.start, d))
+                stop = extent if it.stop is None else as_expr(_index(it.stop, d))
+                offsets.append(start)
+                sizes.append(_difference(stop, start))
+                kept.append(d)
+            else:
+                offsets.append(as_expr(_index(it, d)))
+                sizes.append(as_expr(1))
+        for d, (o, n, extent) in enumerate(zip(offsets, sizes, self.shape, strict=True)):
+            o_, n_, e_ = o.const_value(), n.const_value(), extent.const_value()
+            if n_ is not None and n_ < 0:
+                raise _user_error(f"slice of dim {d} has negative extent {n} "
+                                  f"({o} to {o + n})", rule="S1")
+            if None not in (o_, n_, e_) and o_ + n_ > e_:  # type: ignore[operator]
+                raise _user_error(f"slice [{o}, {o + n}) of dim {d} is outside the tile's "
+                                  f"extent {extent}", rule="S1")
+        if kept == list(range(rank)) and all(o.const_value() == 0 for o in offsets) and all(
+                _same_extent(n, e) for n, e in zip(sizes, self.shape, strict=True)):
+            return self
+        return _new(core.SliceOp(self.value, tuple(offsets), tuple(sizes), tuple(kept)))
+
     def __add__(self, o: Tile | float) -> Tile:
         return self._binary(BinaryFn.ADD, o)
 
@@ -365,6 +404,39 @@ class Tile:
         raise error("a Tile has no Python truth value: use where(cond, a, b)", _user_loc())
 
 
+def _linear_terms(e: Expr) -> dict[Expr, int]:
+    """``e`` as {term: coefficient} over its top-level sum (the constant under Const(1))."""
+    out: dict[Expr, int] = {}
+    for t in e.args if isinstance(e, Apply) and e.op is ExprOp.ADD else (e,):
+        coeff, rest = 1, t
+        if isinstance(t, Const):
+            coeff, rest = t.value, Const(1)
+        elif isinstance(t, Apply) and t.op is ExprOp.MUL and isinstance(t.args[0], Const):
+            coeff = t.args[0].value
+            rest = t.args[1] if len(t.args) == 2 else Apply(ExprOp.MUL, t.args[1:])
+        out[rest] = out.get(rest, 0) + coeff
+    return out
+
+
+def _difference(stop: Expr, start: Expr) -> Expr:
+    """``stop - start`` with like terms cancelled, so ``(j + 4) - j`` is the extent 4."""
+    terms = _linear_terms(stop)
+    for t, c in _linear_terms(start).items():
+        terms[t] = terms.get(t, 0) - c
+    return add(*(mul(c, t) for t, c in terms.items() if c))
+
+
+def _index(value: object, dim: int) -> IntLike:
+    """A subscript: a non-negative int or a kernel expression (no Python wrap-around)."""
+    if isinstance(value, bool) or not isinstance(value, int | Expr):
+        raise _user_error(f"subscript {value!r} in dim {dim}: expected an integer or a kernel "
+                          "expression (a Tile cannot index: use where(...) to select)")
+    if isinstance(value, int) and value < 0:
+        raise _user_error(f"negative subscript {value} in dim {dim}: tiles do not wrap "
+                          "around; write the position from the start")
+    return value
+
+
 def _new(op: Op) -> Tile:
     return Tile(_emit(op).result)
 
@@ -380,6 +452,11 @@ def _unary(fn: UnaryFn, x: Tile) -> Tile:
 
 
 def _binary(fn: BinaryFn, a: Tile, b: Tile) -> Tile:
+    # a rank-0 operand (a view element ``w[j]``) is broadcast to the other's shape
+    if a.type.rank == 0 and b.type.rank > 0:
+        a = broadcast(a, b.shape, ())
+    elif b.type.rank == 0 and a.type.rank > 0:
+        b = broadcast(b, a.shape, ())
     _check_same_shape(fn.value, a, b)
     return _new(core.BinaryOp(fn, a.value, b.value))
 
@@ -548,9 +625,23 @@ class TensorView:
         return ViewSpec(base, tuple(as_expr(d) if not isinstance(d, str) else sym(d)
                                     for d in dims), readonly)
 
-    def __getitem__(self, key: tuple[tuple[Expr, ...], Shape]) -> Tile:
-        offsets, s = key
-        return self._load(tuple(offsets), _extents(s), 0.0)
+    def __getitem__(self, key: object) -> Tile:
+        """``X[coord(...), shape(...)]`` loads a window; ``w[j]`` / ``w[i, j]`` (one integer
+        or kernel expression per dim) reads one element as a rank-0 tile, which an
+        elementwise op broadcasts to its other operand's shape.  Both read the fill 0.0
+        outside the view."""
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], Shape):
+            offsets, s = key
+            return self._load(tuple(offsets), _extents(s), 0.0)
+        items = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(it, slice) for it in items):
+            raise _user_error(f"view {self.value.name_hint}: load a window with "
+                              "X[coord(...), shape(...)], then slice the tile")
+        at = tuple(as_expr(_index(it, d)) for d, it in enumerate(items))
+        self._check_rank(len(at))
+        window = self._load(at, (as_expr(1),) * len(at), 0.0)
+        return _new(core.SliceOp(window.value, (as_expr(0),) * len(at), (as_expr(1),) * len(at),
+                                 ()))
 
     def __call__(self, offsets: tuple[Expr, ...], s: Shape) -> SubView:
         return SubView(self, tuple(offsets), _extents(s))

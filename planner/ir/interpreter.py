@@ -513,6 +513,18 @@ class Interpreter:
             raise _fail(op, f"{list(op.perm)} is not a permutation of rank {x.ndim}")
         self.vals[op.result] = np.transpose(x, op.perm)
 
+    def _slice(self, op: core.SliceOp) -> None:
+        x = self._tile(op.x, op)
+        lo = self._shape(op.offsets, op, "slice offsets")
+        n = self._shape(op.shape, op, "slice extents")
+        if len(lo) != x.ndim or any(a + b > e for a, b, e in zip(lo, n, x.shape, strict=True)):
+            raise _fail(op, f"slice at {list(lo)} +: {list(n)} is outside the tile "
+                            f"{list(x.shape)}", "S2")
+        if any(n[d] != 1 for d in range(x.ndim) if d not in op.dims):
+            raise _fail(op, f"dropped dims of the slice {list(n)} must have extent 1", "S2")
+        window = x[tuple(slice(a, a + b) for a, b in zip(lo, n, strict=True))]
+        self.vals[op.result] = window.reshape(tuple(n[d] for d in op.dims))
+
     def _reduce(self, op: core.ReduceOp) -> None:
         x = self._tile(op.x, op)
         if not 0 <= op.axis < x.ndim:
@@ -649,6 +661,7 @@ _HANDLERS: dict[type[Op], Callable[..., None]] = {
     core.CastOp: Interpreter._cast,
     core.BroadcastOp: Interpreter._broadcast,
     core.TransposeOp: Interpreter._transpose,
+    core.SliceOp: Interpreter._slice,
     core.ReduceOp: Interpreter._reduce,
     core.MmaOp: Interpreter._mma,
     core.AllocOp: Interpreter._alloc,

@@ -141,7 +141,8 @@ class _Writer:
         return {"format": FORMAT, "version": VERSION, "name": kernel.name,
                 "loc": _loc_json(kernel.loc, self.base_dir),
                 "params": [self.value(p) for p in kernel.params],
-                "body": self.block(kernel.body)}
+                "body": self.block(kernel.body),
+                **({"config": dict(kernel.config)} if kernel.config else {})}
 
     def value(self, v: Value) -> dict[str, Json]:
         out: dict[str, Json] = {"id": self.namer[v], "type": _type_json(v.type)}
@@ -406,7 +407,8 @@ class _Reader:
     # ----------------------------------------------------------------- structure
 
     def kernel(self, x: Json) -> Kernel:
-        o = self.obj(x, "$", ("name", "params", "body"), ("format", "version", "loc"))
+        o = self.obj(x, "$", ("name", "params", "body"),
+                     ("format", "version", "loc", "config"))
         if "format" in o and o["format"] != FORMAT:
             raise self.error("$.format", f"expected {FORMAT!r}, got {o['format']!r}")
         if "version" in o and self.int_(o["version"], "$.version") != VERSION:
@@ -424,7 +426,14 @@ class _Reader:
         if body.args:
             raise self.error("$.body.args", "the kernel body takes no block arguments; "
                                             "parameters go in $.params")
-        return Kernel(name, params, body, loc)
+        return Kernel(name, params, body, loc, self.config(o.get("config", {})))
+
+    def config(self, x: Json) -> dict[str, int | str]:
+        """``$.config``: the sweep parameters the kernel was made with (ints, strings)."""
+        if not isinstance(x, dict):
+            raise self.error("$.config", f"expected an object, got {_kind_name(x)}")
+        return {k: v if isinstance(v, str) else self.int_(v, f"$.config.{k}")
+                for k, v in x.items()}
 
     def block(self, x: Json, path: str, scoped: bool = True) -> Block:
         o = self.obj(x, path, ("ops",), ("args",))
@@ -552,6 +561,8 @@ def kernel_json_schema() -> dict[str, Json]:
         "additionalProperties": False,
         "properties": {"format": {"const": FORMAT}, "version": {"const": VERSION},
                        "name": {"type": "string"}, "loc": {"$ref": "#/$defs/loc"},
+                       "config": {"type": "object", "additionalProperties": {
+                           "type": ["integer", "string"]}},
                        "params": {"type": "array", "items": {"$ref": "#/$defs/value"}},
                        "body": {"$ref": "#/$defs/block"}},
         "$defs": defs,

@@ -320,6 +320,8 @@ class _Parser:
             return tuple(self.seq("[", self.axis, "]"))
         if kind is AttrKind.RESOURCE:
             return self.resource()
+        if kind is AttrKind.CONFIG:
+            return self.config()
         assert kind is AttrKind.ENUM and f.enum is not None
         return self.enum(f.enum)
 
@@ -352,6 +354,23 @@ class _Parser:
             return Layout(shape, strides, tuple(swizzles), planned)
         except ValueError as e:
             raise self.error(str(e), start) from None
+
+    def config(self) -> dict[str, int | str]:
+        """The kernel's configuration: ``{block_m = 64, resource = "shared"}``."""
+        self.expect("{")
+        values: dict[str, int | str] = {}
+        while not self.accept("}"):
+            if values:
+                self.expect(",", "',' or '}'")
+            self.skip()
+            start = self.pos
+            name = self.require(_IDENT, "a configuration parameter").group()
+            if name in values:
+                raise self.error(f"duplicate configuration parameter '{name}'", start)
+            self.expect("=")
+            self.skip()
+            values[name] = self.string() if self.at('"') else self.integer()
+        return values
 
     def axis(self) -> Axis:
         self.expect("#axis<", "'#axis<'")
@@ -463,7 +482,8 @@ class _Parser:
         self.pos += len(KERNEL_OP) + 2
         self.expect("(")
         self.expect(")")
-        props = self.properties(KERNEL_OP, (AttrField("sym_name", AttrKind.STR),))
+        props = self.properties(KERNEL_OP, (AttrField("sym_name", AttrKind.STR),
+                                            AttrField("config", AttrKind.CONFIG, required=False)))
         self.expect("(")
         self.expect("{")
         params = self.block_args()
@@ -487,7 +507,9 @@ class _Parser:
                              self.pos)
         name = props["sym_name"]
         assert isinstance(name, str)
-        return Kernel(name, [v for v, _ in params], body, loc)
+        config = props.get("config", {})
+        assert isinstance(config, dict)
+        return Kernel(name, [v for v, _ in params], body, loc, config)
 
     def block_args(self) -> list[tuple[Value, int]]:
         """An optional ``^bb0(%a: type, ...):`` header; defines the args in the current scope."""

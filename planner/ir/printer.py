@@ -76,6 +76,7 @@ class AttrKind(Enum):
     AXES = "axes"
     ENUM = "enum"
     RESOURCE = "resource"
+    CONFIG = "config"  # the kernel header's configuration mapping (sweep parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +288,10 @@ class Printer:
         self.op_lines: dict[Op, int] = {}
 
     def print_kernel(self, kernel: Kernel) -> str:
-        self._emit(f'"{KERNEL_OP}"() <{{sym_name = {quote(kernel.name)}}}> ({{')
+        config = "".join(f", {k} = {v}" if isinstance(v, int) else f", {k} = {quote(v)}"
+                         for k, v in kernel.config.items())
+        config = f", config = {{{config[2:]}}}" if config else ""
+        self._emit(f'"{KERNEL_OP}"() <{{sym_name = {quote(kernel.name)}{config}}}> ({{')
         if kernel.params:
             self._emit(self._block_header(kernel.params))
         for op in kernel.body.ops:

@@ -51,6 +51,10 @@ from planner.ir.types import MemoryType, StateType, TileType, ViewType
 INT64_MAX = 2**63 - 1
 
 
+def dims_text(shape: tuple[Expr, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
 #: The range of a symbol that ``bounds`` does not name (as in ``planner.prove.z3_exprs``).
 DEFAULT_SYMBOL_BOUNDS: tuple[int, int] = (0, 2**31 - 1)
 #: z3's time limit for one zero-trip question; ``unknown`` counts as "may run zero times".
@@ -188,6 +192,32 @@ class _Verifier:
                 self.err(None, "S14", f"view {value_name(p)} spans {nbytes:,} bytes, which "
                          f"overflows signed 64-bit byte addressing (max {INT64_MAX:,})")
 
+    def check_slice(self, op: core.SliceOp, t: TileType) -> None:
+        """S2: a tile slice is static (kernel symbols and constants, no region index),
+        drops only extent-1 dims, and lies inside the tile at the bindings."""
+        if len(op.offsets) != t.rank or len(op.shape) != t.rank:
+            return  # result_types reports it
+        where = f"tile.slice of {value_name(op.x)} {dims_text(t.shape)}"
+        for d, (o, n) in enumerate(zip(op.offsets, op.shape, strict=True)):
+            dynamic = sorted(s for s in o.symbols() | n.symbols() if s.startswith("%"))
+            if dynamic:
+                self.err(op, "S2", f"{where}: dim {d} window {o} +: {n} depends on the region "
+                         f"index {', '.join(dynamic)}; a tile slice must be static (load the "
+                         "window from the view instead)")
+                continue
+            if d not in op.dims and n.const_value() != 1:
+                self.err(op, "S2", f"{where}: dim {d} is dropped, so its extent must be 1, "
+                         f"got {n}")
+            env = self.bindings
+            names = o.symbols() | n.symbols() | t.shape[d].symbols()
+            if not names <= set(env):
+                continue
+            lo, size, extent = o.evaluate(env), n.evaluate(env), t.shape[d].evaluate(env)
+            if lo < 0 or size < 0 or lo + size > extent:
+                at = ", ".join(f"{k}={env[k]}" for k in sorted(names))
+                self.err(op, "S2", f"{where}: dim {d} window [{lo}, {lo + size}) is outside "
+                         f"[0, {extent})" + (f" at {at}" if at else ""))
+
     # ------------------------------------------------------------------ 1. op shape
 
     def op_shape(self, op: Op) -> None:
@@ -259,6 +289,8 @@ class _Verifier:
             t = tile(op.x, "x")
             if sorted(op.perm) != list(range(t.rank)):
                 self.err(op, "", f"{name}: {list(op.perm)} is not a permutation of rank {t.rank}")
+        elif isinstance(op, core.SliceOp):
+            self.check_slice(op, tile(op.x, "x"))
         elif isinstance(op, core.ReduceOp):
             t = tile(op.x, "x")
             if not 0 <= op.axis < t.rank:

@@ -6,14 +6,22 @@ plus the extension members ``kind``, ``rule``, ``location``, ``diagnostics``, ..
 :class:`server.models.ErrorResponse`, built in :func:`error_response`): a :class:`PlannerError`
 maps its ``kind`` to a status (unknown-target 404, too-large 413, unsupported 400, the
 rest 422); request validation is 422 (400 for a body that is not JSON); a body over
-``max_body_bytes`` is 413 before any route runs.  An unexpected exception becomes a 500
+``max_body_bytes`` is 413 before any route runs, a body slower than ``body_timeout_s``
+408, and a JSON body with a non-finite number, a lone surrogate, an integer beyond 64
+bits or nesting deeper than :data:`server.guard.MAX_DEPTH` is 422 naming the JSON path
+(:mod:`server.guard`), before any hashing or work.  An unexpected exception becomes a 500
 with the request id (also sent as ``X-Request-ID`` on every response) and is logged;
-client input is never supposed to reach that path.
+client input is never supposed to reach that path.  Lists in error bodies hold at most
+:data:`server.models.MAX_LIST_ITEMS` entries (``omitted`` counts the rest), and no error
+names a file of the server: a catalog file is named by its file name (``<target>.yaml``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,16 +29,18 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from planner.catalog import BUILTIN_DIR
 from planner.errors import Diagnostic, PlannerError, SourceLoc
+from planner.server.guard import check_json_body
 from planner.server.metrics import Metrics
 from planner.server.models import PROBLEM_MEDIA_TYPE, ErrorResponse
-from planner.server.routers import catalogs, docs, health, plan, schemas
-from planner.server.service import REQUEST_FILE, ApiError, Service
+from planner.server.routers import catalogs, docs, health, plan, schemas, sweeps
+from planner.server.service import DISCONNECTED, REQUEST_FILE, ApiError, Service
 from planner.server.settings import Settings
 
 log = logging.getLogger("planner.server")
@@ -59,6 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(service.workers.warm)
         try:
             yield
         finally:
@@ -67,12 +78,13 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="planner", version=health.package_version(), description=DESCRIPTION,
                   lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
-    for module in (health, plan, catalogs, schemas):
+    for module in (health, plan, catalogs, schemas, sweeps):
         app.include_router(module.router)
     docs.install(app)
     _install_error_handlers(app)
     _problem_media_type_only(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       timeout_s=settings.body_timeout_s)
     app.add_middleware(RequestContextMiddleware, metrics=service.metrics)
     return app
 
@@ -85,14 +97,31 @@ def _request_id(scope: Scope) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
+def _private_dirs(scope: Scope) -> list[str]:
+    """The server's catalog directories (never shown to a client), longest first."""
+    app = scope.get("app")
+    service = getattr(getattr(app, "state", None), "service", None)
+    dirs = {str(BUILTIN_DIR.resolve())}
+    if service is not None:
+        dirs.update(str(d) for d in service.registry.dirs)
+    return sorted(dirs, key=len, reverse=True)
+
+
 def error_response(status: int, body: ErrorResponse, scope: Scope,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None) -> Response:
     """The one place an error leaves: an RFC 9457 problem (``application/problem+json``)
-    with this response's ``status``, the request path as ``instance`` and the request id."""
+    with this response's ``status``, the request path as ``instance`` and the request id.
+
+    Lists are capped (:meth:`ErrorResponse.capped`) and the server's catalog directories
+    are cut from every string, so a catalog is named by its file name only."""
     body.status, body.instance = status, str(scope.get("path", ""))
     body.request_id = _request_id(scope)
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers,
-                        media_type=PROBLEM_MEDIA_TYPE)
+    text = json.dumps(body.capped().model_dump(mode="json"), ensure_ascii=False,
+                      separators=(",", ":"))
+    for directory in _private_dirs(scope):
+        text = text.replace(json.dumps(directory + os.sep)[1:-1], "")
+        text = text.replace(json.dumps(directory)[1:-1], "<catalog dir>")
+    return Response(text, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
 def _problem_media_type_only(app: FastAPI) -> None:
@@ -213,13 +242,17 @@ class RequestContextMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 for a body over ``max_bytes``: by Content-Length, else while it streams in.
+    """The body's boundary: 413 over ``max_bytes`` (by Content-Length, else while it
+    streams in), 408 when it takes longer than ``timeout_s`` to arrive, 422 when a JSON
+    body fails :func:`server.guard.check_json_body`.
 
-    The body is read here (at most ``max_bytes``) and replayed to the app.
+    The body is read here and replayed to the app; after it, this middleware listens
+    for the client's disconnect and sets the request's :data:`service.DISCONNECTED`
+    event, which stops its planning job.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -231,32 +264,79 @@ class BodyLimitMiddleware:
             return
         chunks: list[bytes] = []
         size, more = 0, True
-        while more:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":  # client went away
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        await self._too_large(scope, receive, send, f"over {size} bytes sent")
+                        return
+                    chunks.append(chunk)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            body = ErrorResponse.of("request-timeout", f"the request body did not arrive "
+                                    f"within {self.timeout_s:g} s ({size} bytes received)")
+            await error_response(408, body, scope, {"Connection": "close"})(scope, receive,
+                                                                             send)
+            return
+        data = b"".join(chunks)
+        if data and _is_json(scope):
+            problem = await (asyncio.to_thread(check_json_body, data) if len(data) > 65536
+                             else _now(check_json_body(data)))
+            if problem is not None:
+                diag = Diagnostic(str(problem), SourceLoc(REQUEST_FILE, 0), rule=problem.rule)
+                body = ErrorResponse.of("validation", str(problem), [diag])
+                await error_response(422, body, scope)(scope, receive, send)
+                return
+        disconnected = asyncio.Event()
+        later: asyncio.Queue[Message] = asyncio.Queue()
+
+        async def watch() -> None:
             message = await receive()
-            if message["type"] != "http.request":  # client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(scope, receive, send, f"over {size} bytes sent")
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+            if message["type"] == "http.disconnect":
+                disconnected.set()
+            later.put_nowait(message)
+
+        watcher: asyncio.Task[None] | None = None
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await later.get()
 
-        await self.app(scope, replay, send)
+        token = DISCONNECTED.set(disconnected)
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            DISCONNECTED.reset(token)
+            watcher.cancel()
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
         body = ErrorResponse.of("too-large", f"request body too large ({what}; the limit is "
                                 f"{self.max_bytes} bytes)")
         await error_response(413, body, scope, {"Connection": "close"})(scope, receive, send)
+
+
+async def _now(value: Any) -> Any:
+    return value
+
+
+def _is_json(scope: Scope) -> bool:
+    """Whether the route's parser reads this body as JSON (no Content-Type, or a JSON
+    media type; catalogs sent as JSON are checked the same way)."""
+    for key, value in scope.get("headers", ()):
+        if key == b"content-type":
+            media = value.split(b";", 1)[0].strip().lower()
+            return media == b"application/json" or media.endswith(b"+json")
+    return True
 
 
 def _content_length(scope: Scope) -> int | None:

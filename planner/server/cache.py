@@ -9,6 +9,9 @@ free the memory.
 
 Identical requests that arrive while the first is still solving wait for it instead
 of solving again (:meth:`PlanCache.get_or_compute`); they count as hits.
+Whatever way the computation ends, its pending entry is removed: an error is shared
+with the waiters, and a computation abandoned by its own request (the client hung up:
+the exception has ``abandoned = True``) or cancelled lets each waiter compute anew.
 """
 
 from __future__ import annotations
@@ -128,8 +131,11 @@ class PlanCache(Generic[V]):
             future.cancel()  # waiters compute for themselves
             raise
         except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: only the waiters re-raise it
+            if getattr(exc, "abandoned", False):  # e.g. this client hung up
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: only the waiters re-raise it
             raise
         finally:
             self._inflight.pop(key, None)

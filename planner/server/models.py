@@ -214,6 +214,19 @@ class DiagnosticModel(BaseModel):
     notes: list[Note] = []
 
 
+#: The longest list and the longest message an error body carries (the rest is counted
+#: in ``omitted``; a longer message keeps its head and tail).
+MAX_LIST_ITEMS = 200
+MAX_MESSAGE_CHARS = 4000
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2  # the head and the tail: messages end with what went wrong
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters left out) ... {text[-half:]}"
+
+
 #: The base of the ``type`` URI of every problem: ``PROBLEM_BASE + kind``.
 PROBLEM_BASE = "https://planner.invalid/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -258,14 +271,31 @@ class ErrorResponse(BaseModel):
     location: Location | None = None
     diagnostics: list[DiagnosticModel] = []
     explanation: list[str] = Field([], description="infeasible plans: the violated groups")
+    omitted: int = Field(0, description="diagnostics and explanation lines left out (at "
+                         f"most {MAX_LIST_ITEMS} of each are sent)")
     request_id: str | None = None
+
+    def capped(self, limit: int = MAX_LIST_ITEMS) -> ErrorResponse:
+        """This body with at most ``limit`` diagnostics, notes and explanation lines, and
+        every message clipped; ``omitted`` counts the list entries left out."""
+        omitted = max(0, len(self.diagnostics) - limit) + max(0, len(self.explanation) - limit)
+        diagnostics = []
+        for d in self.diagnostics[:limit]:
+            omitted += max(0, len(d.notes) - limit)
+            notes = [n.model_copy(update={"message": _clip(n.message)}) for n in d.notes[:limit]]
+            diagnostics.append(d.model_copy(update={"message": _clip(d.message), "notes": notes}))
+        return self.model_copy(update={
+            "detail": _clip(self.detail, 4 * MAX_MESSAGE_CHARS), "diagnostics": diagnostics,
+            "explanation": [_clip(line) for line in self.explanation[:limit]],
+            "omitted": self.omitted + omitted})
 
     @classmethod
     def of(cls, kind: str, message: str, diagnostics: list[Diagnostic] | None = None,
            **extra: Any) -> ErrorResponse:
         diags = diagnostics or []
         first = diags[0] if diags else None
-        dumped = [DiagnosticModel.model_validate(d.to_json()) for d in diags]
+        dumped = [DiagnosticModel.model_validate(d.to_json()) for d in diags[:MAX_LIST_ITEMS]]
+        extra.setdefault("omitted", max(0, len(diags) - MAX_LIST_ITEMS))
         for d in dumped:
             d.message = api_wording(d.message)
             for note in d.notes:
@@ -308,6 +338,14 @@ class CheckResponse(BaseModel):
                      "refuted, assumed or unknown)")
     proofs: list[ProofResult]
     diagnostics: list[DiagnosticModel]
+    omitted: int = Field(0, description="proofs and diagnostics left out (at most "
+                         f"{MAX_LIST_ITEMS} of each are sent; ok still covers all)")
+
+    def capped(self, limit: int = MAX_LIST_ITEMS) -> CheckResponse:
+        omitted = max(0, len(self.proofs) - limit) + max(0, len(self.diagnostics) - limit)
+        return self.model_copy(update={"proofs": self.proofs[:limit],
+                                       "diagnostics": self.diagnostics[:limit],
+                                       "omitted": self.omitted + omitted})
 
 
 class LowerResponse(BaseModel):

@@ -2,31 +2,35 @@
 
 One :class:`Service` per app, built by :func:`server.app.create_app` from its settings
 and reached from a route through the ``ServiceDep`` dependency.  Parsing, planning,
-proving and lowering run in :attr:`Service.pool` (``settings.pool_workers`` threads),
-never on the event loop, so a long solve leaves other requests (``/healthz``, catalog
-reads) answering; CP-SAT and z3 release the GIL while they search.
+proving and lowering run in :attr:`Service.workers`, ``settings.pool_workers`` worker
+processes with memory and CPU limits (:mod:`planner.server.workers`), never on the event
+loop, so a long solve leaves other requests (``/healthz``, catalog reads) answering and
+one request cannot take the server down.
 
-Catalog writes go through :class:`CatalogStore`: validate, then under a per-name lock
-compare the client's ``If-Match`` with the current file's hash and replace the file
-atomically (temp file, fsync, ``os.replace``, fsync of the directory).
+Bounded work: at most ``settings.pool_workers`` jobs run and ``settings.max_queue`` wait;
+one more is 503 with ``Retry-After``.  ``time_limit`` bounds a planning request as a
+whole: the CP-SAT search gets :data:`SOLVER_SHARE` of it, model building, proofs and
+evaluation the rest, and a job still running at the deadline is killed and answered 422
+``timeout`` (rule ``time-limit``: the request asked for less time than its kernel
+needs, a verdict about the request, not a server fault).  A job whose client hangs up
+is killed at once (answered 499, which nobody reads).
+
+Catalog reads and writes go through :class:`planner.server.catalog_store.CatalogStore`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
-import tempfile
-import threading
+import contextvars
+import logging
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
-from planner.catalog import BUILTIN_DIR, CatalogRegistry, Target, load_target_text
+from planner.catalog import BUILTIN_DIR, CatalogRegistry, Target
 from planner.errors import Diagnostic, PlannerError, SourceLoc
 from planner.ir.core import Kernel
 from planner.ir.json_form import kernel_from_json
@@ -35,8 +39,18 @@ from planner.ir.verify import verify
 from planner.lower.backends import backend_for, emit_forms
 from planner.prove.proofs import prove_kernel
 from planner.server.cache import PlanCache, PlanKey
+from planner.server.catalog_store import CatalogStore
+from planner.server.guard import check_text_integers
 from planner.server.metrics import Metrics
 from planner.server.settings import Settings
+from planner.server.workers import (
+    ApiErrorData,
+    ClientGone,
+    DeadlineExceeded,
+    JobFailed,
+    Overloaded,
+    WorkerPool,
+)
 from planner.solve import (
     Baseline,
     MaterializationPlan,
@@ -51,9 +65,15 @@ from planner.solve import (
 T = TypeVar("T")
 KernelSource = dict[str, Any] | str
 SymbolBounds = Mapping[str, tuple[int, int]]
-Origin = Literal["builtin", "user", "extra"]
 
 REQUEST_FILE = "<request>"
+#: The share of a request's ``time_limit`` given to the CP-SAT search.
+SOLVER_SHARE = 0.75
+#: Set by the app's middleware for each request: fires when the client disconnects.
+DISCONNECTED: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "planner_disconnected", default=None)
+
+log = logging.getLogger("planner.server")
 
 
 class ApiError(Exception):
@@ -68,6 +88,20 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
         self.explanation = explanation or []
         self.diagnostics = diagnostics or []
+
+
+class ClientClosed(ApiError):
+    """The client hung up while its job ran (499, as nginx logs it; nobody reads it).
+
+    ``abandoned``: requests waiting on the same cached computation compute for
+    themselves instead of sharing this answer.
+    """
+
+    abandoned = True
+
+    def __init__(self) -> None:
+        super().__init__(499, "client-closed-request", "the client closed the connection "
+                         "before the answer was ready; its job was stopped")
 
 
 # -- the work done in the pool ---------------------------------------------------------
@@ -91,6 +125,13 @@ def decode_kernel(source: KernelSource, max_ops: int, bindings: Mapping[str, int
     """
     try:
         if isinstance(source, str):
+            long_int = check_text_integers(source)
+            if long_int is not None:
+                line, col, digits = long_int
+                raise PlannerError(Diagnostic(
+                    f"an integer literal of {digits} digits; integers must fit in 64 bits",
+                    SourceLoc(REQUEST_FILE, line, col), rule="integer-too-large"),
+                    kind="parse")
             kernel = parse_kernel(source, REQUEST_FILE, max_ops=max_ops)
         else:
             kernel = kernel_from_json(source, file=REQUEST_FILE, max_ops=max_ops)
@@ -214,191 +255,6 @@ def check_emitter(emit: str | None, target: Target) -> str:
     return backend_for(target).require(target, emit)
 
 
-# -- catalogs --------------------------------------------------------------------------
-
-
-def load_catalog_bytes(data: bytes, filename: str) -> Target:
-    """Validate a catalog file's bytes (PlannerError kind ``catalog`` with located errors)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PlannerError(Diagnostic(f"catalog is not UTF-8 text (byte {exc.start})",
-                                      SourceLoc(filename, 1)), kind="catalog") from None
-    return load_target_text(text, filename)
-
-
-def etag_of(data: bytes) -> str:
-    """A catalog's entity tag: the SHA-256 of its file's bytes (= Target.content_hash)."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def _tags(header: str) -> list[str]:
-    """The entity tags of an If-Match / If-None-Match header (quotes and W/ removed)."""
-    tags = []
-    for part in header.split(","):
-        tag = part.strip().removeprefix("W/").strip()
-        if tag:
-            tags.append(tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else tag)
-    return tags
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogFile:
-    name: str
-    path: Path
-    data: bytes
-    origin: Origin
-    overrides_builtin: bool
-
-    @property
-    def etag(self) -> str:
-        return etag_of(self.data)
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    etag: str
-    created: bool
-    overrides_builtin: bool
-
-
-class CatalogStore:
-    """Reads catalogs by name; writes and deletes files of the writable directory."""
-
-    def __init__(self, registry: CatalogRegistry, writable: Path | None, builtin: Path) -> None:
-        self.registry, self.writable, self.builtin = registry, writable, builtin
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-        self._targets: dict[str, Target] = {}  # content hash -> target
-
-    def lock(self, name: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(name, threading.Lock())
-
-    def origin(self, path: Path) -> Origin:
-        if self.writable is not None and path.parent == self.writable:
-            return "user"
-        return "builtin" if path.parent == self.builtin else "extra"
-
-    def find(self, name: str) -> CatalogFile:
-        """The visible file of target ``name`` (PlannerError unknown-target if none)."""
-        path = self.registry.path(name)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # deleted between lookup and read
-            raise PlannerError(Diagnostic(f"unknown target {name!r}"),
-                               kind="unknown-target") from None
-        overrides = (self.builtin / f"{name}.yaml").is_file() and path.parent != self.builtin
-        return CatalogFile(name, path, data, self.origin(path), overrides)
-
-    def find_or_none(self, name: str) -> CatalogFile | None:
-        try:
-            return self.find(name)
-        except PlannerError as exc:
-            if exc.kind == "unknown-target":
-                return None
-            raise
-
-    def target(self, name: str) -> Target:
-        """The validated target ``name``, as its current file says (cached by content);
-        ``host`` is the catalog that matches this machine."""
-        name = self.registry.resolve_name(name)
-        file = self.find(name)
-        cached = self._targets.get(file.etag)
-        if cached is not None and cached.name == name:
-            return cached
-        target = self.load(file.data, str(file.path), name)
-        if len(self._targets) >= 64:  # old versions of edited catalogs
-            self._targets.clear()
-        self._targets[file.etag] = target
-        return target
-
-    @staticmethod
-    def load(data: bytes, filename: str, name: str) -> Target:
-        """Validate catalog bytes whose target must be called ``name``."""
-        target = load_catalog_bytes(data, filename)
-        if target.name != name:
-            raise PlannerError(Diagnostic(
-                f"target name {target.name!r} does not match the catalog name {name!r} in "
-                "the URL", SourceLoc(filename, 1), rule="name"), kind="catalog")
-        return target
-
-    def write(self, name: str, data: bytes, if_match: str | None,
-              if_none_match: str | None) -> WriteResult:
-        """Validate, check the precondition and atomically replace ``<writable>/name.yaml``."""
-        assert self.writable is not None
-        self.load(data, f"{name}.yaml", name)
-        with self.lock(name):
-            current = self.find_or_none(name)
-            self._precondition(current, if_match, if_none_match)
-            _atomic_write(self.writable / f"{name}.yaml", data)
-        overrides = (self.builtin / f"{name}.yaml").is_file()
-        return WriteResult(etag_of(data), current is None or current.origin != "user", overrides)
-
-    def delete(self, name: str, if_match: str | None) -> bool:
-        """Remove the user's file; True when a built-in of that name shows again."""
-        assert self.writable is not None
-        path = self.writable / f"{name}.yaml"
-        with self.lock(name):
-            current = self.find_or_none(name)
-            if current is None:
-                raise PlannerError(Diagnostic(f"unknown target {name!r}"),
-                                   kind="unknown-target")
-            if current.origin != "user":
-                raise ApiError(409, "read-only-catalog", f"catalog {name!r} is not a user "
-                               f"file ({current.origin}); only files written through this "
-                               "API can be deleted")
-            if if_match is None:
-                raise ApiError(428, "precondition-required", "DELETE needs If-Match with the "
-                               "catalog's ETag")
-            self._precondition(current, if_match, None)
-            path.unlink()
-            _fsync_dir(path.parent)
-        return (self.builtin / f"{name}.yaml").is_file()
-
-    @staticmethod
-    def _precondition(current: CatalogFile | None, if_match: str | None,
-                      if_none_match: str | None) -> None:
-        etag = current.etag if current else None
-        if if_match is not None:
-            tags = _tags(if_match)
-            ok = etag is not None and ("*" in tags or etag in tags)
-        elif if_none_match is not None:
-            tags = _tags(if_none_match)
-            ok = etag is None or not ("*" in tags or etag in tags)
-        else:
-            raise ApiError(428, "precondition-required", "a catalog write needs If-Match with "
-                           "the current ETag (GET the catalog first), or If-None-Match: * to "
-                           "create a new one")
-        if not ok:
-            state = f"its current ETag is {etag}" if etag else "it does not exist"
-            raise ApiError(412, "precondition-failed", f"the catalog changed: {state}",
-                           headers={"ETag": f'"{etag}"'} if etag else None)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # -- the service -----------------------------------------------------------------------
 
 
@@ -416,17 +272,41 @@ class Service:
         self.catalogs = CatalogStore(self.registry, writable, BUILTIN_DIR.resolve())
         self.cache: PlanCache[Planned] = PlanCache(settings.cache_size)
         self.metrics = Metrics()
-        self.pool = ThreadPoolExecutor(settings.pool_workers, thread_name_prefix="planner-pool")
+        memory = settings.worker_memory_mb * (1 << 20) if settings.worker_memory_mb else None
+        self.workers = WorkerPool(settings.pool_workers, settings.max_queue, memory,
+                                  settings.job_cpu_s())
         self.in_flight = 0
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.workers.close()
 
-    async def run(self, fn: Callable[..., T], /, *args: Any) -> T:
-        """``fn(*args)`` in the worker pool."""
+    async def run(self, fn: Callable[..., T], /, *args: Any,
+                  time_limit: float | None = None) -> T:
+        """``fn(*args)`` in a worker process, within ``time_limit`` seconds (default: the
+        server's cap); the client's disconnect kills it (see the module docstring)."""
+        limit = time_limit if time_limit is not None else self.settings.max_time_limit_s
         self.in_flight += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+            result: T = await self.workers.call(fn, args, deadline=time.monotonic() + limit,
+                                                disconnected=DISCONNECTED.get())
+            return result
+        except Overloaded as exc:
+            raise ApiError(503, "overloaded", f"the server is busy ({exc.running} planning "
+                           f"jobs running, {exc.queued} waiting); retry later",
+                           headers={"Retry-After": str(self.settings.retry_after_s)}) from None
+        except DeadlineExceeded:
+            raise PlannerError(Diagnostic(
+                f"no answer within the request's time limit of {limit:g} s (building the "
+                "model, solving and evaluating together); raise time_limit (the server "
+                f"allows up to {self.settings.max_time_limit_s:g} s)",
+                SourceLoc(REQUEST_FILE, 0), rule="time-limit"), kind="timeout") from None
+        except ClientGone:
+            raise ClientClosed() from None
+        except ApiErrorData as exc:
+            raise ApiError(**exc.fields) from None
+        except JobFailed as exc:
+            log.error("planning job failed:\n%s", exc)
+            raise
         finally:
             self.in_flight -= 1
 
@@ -441,11 +321,11 @@ class Service:
         bounds = dict(bounds or {})
         key = PlanKey.of(kernel, target_name, target.content_hash, bindings, policy.value,
                          baseline.value if baseline else None, bounds)
-        job = PlanJob(kernel, target, dict(bindings), policy, baseline,
-                      self.settings.time_limit(time_limit), self.settings.max_graph_ops,
-                      self.settings.solver_workers, bounds)
+        limit = self.settings.time_limit(time_limit)
+        job = PlanJob(kernel, target, dict(bindings), policy, baseline, limit * SOLVER_SHARE,
+                      self.settings.max_graph_ops, self.settings.solver_workers, bounds)
         # Plans cut short by the time limit are not kept: a later request may do better.
-        return await self.cache.get_or_compute(key, lambda: self.run(job.run),
+        return await self.cache.get_or_compute(key, lambda: self.run(job.run, time_limit=limit),
                                                keep=lambda p: p.plan.status != Status.FEASIBLE)
 
 

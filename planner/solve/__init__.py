@@ -28,6 +28,7 @@ from planner.plan.plan_io import (
     plan_to_json,
 )
 from planner.solve.baselines import baseline_restrictions, greedy_assignment
+from planner.solve.budget import DEFAULT_MODEL_LIMIT, ModelBudget, estimate_model_size
 from planner.solve.compare import (
     Comparison,
     Delta,
@@ -41,6 +42,7 @@ from planner.solve.costs import Assignment, Evaluation, Problem, build_problem, 
 from planner.solve.planner import content_hash, plan_kernel
 
 __all__ = [
+    "DEFAULT_MODEL_LIMIT",
     "Assignment",
     "Baseline",
     "Comparison",
@@ -52,6 +54,7 @@ __all__ = [
     "LayoutChoice",
     "MaterializationPlan",
     "MemoryPlan",
+    "ModelBudget",
     "PeakRow",
     "Policy",
     "Problem",
@@ -63,6 +66,7 @@ __all__ = [
     "compare_plans",
     "comparison_to_json",
     "content_hash",
+    "estimate_model_size",
     "evaluate",
     "format_comparison",
     "format_plan_table",

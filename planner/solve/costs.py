@@ -108,7 +108,8 @@ Modules
     :mod:`~planner.solve.pricing` (edges, values, placements),
     :mod:`~planner.solve.holding` (live segments, guards, temporaries) and
     :mod:`~planner.solve.memories` (explicit Memory); :mod:`~planner.solve.evaluator` is
-    the reference semantics.
+    the reference semantics; :mod:`~planner.solve.budget` predicts the model's size
+    before any of this is built.
 """
 
 from planner.solve.build import build_problem

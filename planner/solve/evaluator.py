@@ -156,6 +156,17 @@ class Truth:
         self.problem = problem
         self.a = a
         self._sites: dict[int, frozenset[int]] = {}
+        self._last: dict[tuple[int, int], int] = {}
+
+    def last_held(self, v: Value, ci: int) -> int:
+        """The last position of ``v.chains[ci]`` whose guard holds (-1: none); a segment
+        naming the chain from ``first`` on is held by it iff this is ``>= first``."""
+        key = (v.index, ci)
+        if key not in self._last:
+            guards = v.chains[ci].guards
+            self._last[key] = next((j for j in range(len(guards) - 1, -1, -1)
+                                    if self.guard(guards[j])), -1)
+        return self._last[key]
 
     def home(self, vi: int) -> bool:
         """Whether value ``vi`` is computed at its own point (into its buffer)."""
@@ -227,11 +238,12 @@ def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
     """(in registers, in its materialized buffer) over ``seg``."""
     cs = [a.choices[i] for i in seg.edges]
     reg, mat = VIRTUAL in cs, MATERIALIZED in cs
-    for i, g in seg.guarded:
-        c = a.choices[i]
+    for ci, first in seg.chained:
+        chain = v.chains[ci]
+        c = a.choices[chain.edge]
         if c in PRESERVING and not (reg if c is VIRTUAL else mat):
             truth = truth or Truth(problem, a)
-            if truth.guard(g):
+            if truth.last_held(v, ci) >= first:
                 reg, mat = reg or c is VIRTUAL, mat or c is MATERIALIZED
     return reg, mat
 

@@ -32,6 +32,7 @@ from planner.solve.problem import (
     VIRTUAL,
     Edge,
     Guard,
+    GuardChain,
     Lit,
     Segment,
     Temp,
@@ -86,7 +87,7 @@ class Holding:
         self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
                        for v in self.values]
         self.guards: list[Guard] = []
-        self._guard_index: dict[Guard, int] = {}
+        self._guard_index: dict[tuple[str, int, int, tuple[int, ...]], int] = {}
         self._chain_roots = self._stop_readers()
         self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
@@ -153,11 +154,12 @@ class Holding:
         return self.guard("pingpong", c.value, c.yielded, c.late)
 
     def guard(self, kind: str, a: int, b: int, any_of: tuple[int, ...] = ()) -> int:
-        gd = Guard(kind, a, b, any_of)
-        if gd not in self._guard_index:
-            self._guard_index[gd] = len(self.guards)
-            self.guards.append(gd)
-        return self._guard_index[gd]
+        key = (kind, a, b, any_of)  # a plain tuple hashes faster than the dataclass
+        index = self._guard_index.get(key)
+        if index is None:
+            index = self._guard_index[key] = len(self.guards)
+            self.guards.append(Guard(kind, a, b, any_of))
+        return index
 
     def _sites_of(self, e: Edge) -> list[tuple[int, int | None, bool]]:
         """(point, site guard, read element for element) of every evaluation of ``e``'s
@@ -356,53 +358,7 @@ class Holding:
             start = self.values[c.value].def_point
             for i in v.edges:
                 items.append((start, c.loop_end, i, self._pingpong(c)))
-        cuts = sorted({x for a, b, _, _ in items for x in (a, b)})
-        # Sweep the cuts: an item covers [lo, hi) (consecutive cuts) iff a <= lo < b.
-        starts: dict[int, list[tuple[int, int | None]]] = {}
-        ends: dict[int, list[tuple[int, int | None]]] = {}
-        for a, b, i, gd in items:
-            if a < b:
-                starts.setdefault(a, []).append((i, gd))
-                ends.setdefault(b, []).append((i, gd))
-        segs: list[Segment] = []
-        active: dict[tuple[int, int | None], int] = {}  # item -> overlapping copies
-        covered: dict[int, int] = {}  # unguarded edge -> items
-        gsorted: list[tuple[int, int]] = []  # the active guarded items, sorted
-        gedges: dict[int, int] = {}  # edge -> active guarded items
-        for lo, hi in itertools.pairwise(cuts):
-            for key in ends.get(lo, ()):
-                n = active[key] - 1
-                if n:
-                    active[key] = n
-                    continue
-                del active[key]
-                i, gd = key
-                bag = covered if gd is None else gedges
-                if bag[i] == 1:
-                    del bag[i]
-                else:
-                    bag[i] -= 1
-                if gd is not None:
-                    del gsorted[bisect.bisect_left(gsorted, key)]  # type: ignore[arg-type]
-            for key in starts.get(lo, ()):
-                n = active.get(key, 0)
-                active[key] = n + 1
-                if n:
-                    continue
-                i, gd = key
-                bag = covered if gd is None else gedges
-                bag[i] = bag.get(i, 0) + 1
-                if gd is not None:
-                    bisect.insort(gsorted, key)  # type: ignore[arg-type]
-            if not active:
-                continue
-            cover = tuple(sorted(covered))
-            if any(i in gedges for i in cover):
-                guarded = tuple(k for k in gsorted if k[0] not in covered)
-            else:
-                guarded = tuple(gsorted)
-            segs.append(Segment(lo, hi, cover, guarded))
-        return dataclasses.replace(v, segments=tuple(segs))
+        return _swept(v, items)
 
     # ------------------------------------------------------------------ temporaries
 
@@ -498,3 +454,51 @@ class Holding:
             if res is not None:
                 add(exchange_name(v.name, self.ctx.node_name[self.point_node[n]]),  # type: ignore[operator]
                     res, v.bytes, n, when)
+
+
+def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
+    """``v`` with its segments: the held items ``(start, end, edge, guard)`` swept over the
+    cuts.  An unguarded item covers ``[lo, hi)`` (consecutive cuts) iff ``start <= lo <
+    end``; the guarded items of one edge that start at one point form a
+    :class:`GuardChain`, of which a segment names the suffix still covering it.  Linear in
+    the items and segments (plus the chains active in each segment)."""
+    plain: dict[int, list[int]] = {}  # cut -> +edge / ~edge (start / end of an item)
+    groups: dict[tuple[int, int], dict[int, int]] = {}  # (edge, start) -> guard -> end
+    for a, b, i, gd in items:
+        if a >= b:
+            continue
+        if gd is None:
+            plain.setdefault(a, []).append(i)
+            plain.setdefault(b, []).append(~i)
+        else:
+            ends = groups.setdefault((i, a), {})
+            ends[gd] = max(ends.get(gd, b), b)
+    chains = []
+    for (i, a), ends in sorted(groups.items()):
+        order = sorted(ends.items(), key=lambda kv: (kv[1], kv[0]))
+        chains.append(GuardChain(i, a, tuple(g for g, _ in order), tuple(e for _, e in order)))
+    opening: dict[int, list[int]] = {}
+    for ci, c in enumerate(chains):
+        opening.setdefault(c.start, []).append(ci)
+    cuts = sorted(set(plain) | set(opening) | {e for c in chains for e in c.ends})
+    segs: list[Segment] = []
+    covered: dict[int, int] = {}  # unguarded edge -> active items
+    active: set[int] = set()  # chains
+    for lo, hi in itertools.pairwise(cuts):
+        for x in plain.get(lo, ()):
+            if x < 0:
+                if covered[~x] == 1:
+                    del covered[~x]
+                else:
+                    covered[~x] -= 1
+            else:
+                covered[x] = covered.get(x, 0) + 1
+        active.update(opening.get(lo, ()))
+        if active:
+            active = {ci for ci in active if chains[ci].ends[-1] > lo}
+        if not covered and not active:
+            continue
+        chained = tuple((ci, bisect.bisect_right(chains[ci].ends, lo)) for ci in sorted(active)
+                        if chains[ci].edge not in covered)
+        segs.append(Segment(lo, hi, tuple(sorted(covered)), chained))
+    return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains))

@@ -17,7 +17,7 @@ from planner.solve.context import Chain, Context, owner_of, tile_shape
 
 _ELEMENTWISE_PREFIXES = ("tile.unary.", "tile.binary.")
 _FUSIBLE = frozenset({"tile.load", "memory.load", "tile.full", "tile.iota", "tile.cast",
-                      "tile.select", "tile.broadcast"})
+                      "tile.select", "tile.broadcast", "tile.slice"})
 _RECOMPUTABLE = (_FUSIBLE - {"memory.load"}) | {"tile.transpose"}
 LOADS = frozenset({"tile.load", "memory.load"})
 SINKS = frozenset({"tile.store", "memory.store"})

@@ -13,7 +13,12 @@ Variables (all Boolean unless noted)
 * ``home[v] >= x[e, virtual | materialized]``: the producer runs once.
 * ``reg[v, s]``, ``mat[v, s]``: the value is held in registers / in its buffer over
   segment ``s`` of its live range (``>=`` each covering edge's choice, and ``>=`` a
-  guarded cover's choice ∧ its guard).
+  guarded cover's choice ∧ some guard of its chain's suffix, one literal per suffix:
+  :class:`~planner.solve.problem.GuardChain`).  They are created only for capacity sums
+  that can bind (an upper bound of the sum, computed without creating anything, exceeds
+  the capacity), so a kernel whose buffers always fit pays no holding literals, nor the
+  site guards behind them; and ``x[e, virtual]`` is not created where the value alone
+  overflows the registers at a point its edge covers (that sum would force it to 0).
 * Guards (``planner.solve.costs.Guard``): ``site`` literals say a value is evaluated at
   a later point (``>=`` home, or an inlined edge ∧ the consumer's site, recursively);
   ``split`` literals say a carry and its yielded value live apart.  Temporaries
@@ -40,7 +45,6 @@ choices are simply not created.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -88,6 +92,16 @@ _PREFERENCE = tuple(sorted(_RANK, key=_RANK.__getitem__))  # the tie-break's cho
 _KEEP = tuple(c for c in CHOICES if c in PRESERVING)
 
 
+class OutOfTime(Exception):
+    """The caller's deadline passed while the model was being built (see
+    :func:`build_model`); ``plan_kernel`` then answers with its heuristic plan."""
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfTime
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """A named constraint group: what an infeasibility core can point at."""
@@ -123,6 +137,8 @@ class BuiltModel:
         field(default_factory=dict)
     assumptions: bool = False
     restrictions: Restrictions = field(default_factory=dict)
+    no_registers: frozenset[int] = frozenset()  # edges whose value overflows the registers
+    most_of: dict[tuple[int, int], dict[str | None, int]] = field(default_factory=dict)
 
     def guard(self, group: Group | None) -> list[cp_model.IntVar]:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
@@ -136,25 +152,30 @@ class BuiltModel:
 
 def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
                 assumptions: bool = False, skip: frozenset[str] = frozenset(),
-                hint: Assignment | None = None) -> BuiltModel:
+                hint: Assignment | None = None, deadline: float | None = None) -> BuiltModel:
     """Encode ``problem`` (with a baseline's ``restrictions``) as a CP-SAT model.
 
     ``assumptions`` guards every named group with a literal; groups named in ``skip``
     are left out entirely (used to measure what a core's capacity group would need).
+    Past ``deadline`` (a ``time.perf_counter()`` instant) :class:`OutOfTime` is raised.
     """
     bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
-                    restrictions=restrictions or {})
+                    restrictions=restrictions or {},
+                    no_registers=frozenset() if assumptions else _no_registers(problem))
     for e in problem.edges:
         _edge_choices(bm, e, restrictions or {}, skip)
     for v in problem.values:
         _placement_vars(bm, v, [problem.edges[i] for i in v.edges], skip)
+    _check_deadline(deadline)
     for v in problem.values:
         _value_vars(bm, v, skip)
+        _check_deadline(deadline)
     for m in problem.memories:
         _memory_vars(bm, m.index, m.max_versions, m.stall)
         _memory_home_vars(bm, m)
     for lp in problem.live_points:
         _capacity(bm, lp, skip)
+        _check_deadline(deadline)
     if hint is not None:
         add_hint(bm, hint)
     return bm
@@ -166,7 +187,8 @@ def _edge_choices(bm: BuiltModel, e: Edge, restrictions: Restrictions,
     legal = [c for c in CHOICES if e.legal(c)]
     allowed = allowed_choices(p, e, restrictions)
     policy = legal if e.index in restrictions else allowed_choices(p, e)
-    made = CHOICES if bm.assumptions else allowed
+    made = CHOICES if bm.assumptions else [
+        c for c in allowed if c is not VIRTUAL or e.index not in bm.no_registers]
     for c in made:
         bm.x[(e.index, c)] = m.NewBoolVar(f"x{e.index}_{c.value[0]}")
     m.AddExactlyOne([bm.x[(e.index, c)] for c in made])
@@ -208,34 +230,91 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
             m.AddImplication(lit, home)
         bm.cost.append((home, total(v.home)))
     _version_vars(bm, v, edges)
-    # A guarded cover spans many segments: its literals are derived once per value (in
-    # order of first appearance), and the pairs that can never hold are dropped up front.
-    pairs = dict.fromkeys(itertools.chain.from_iterable(s.guarded for s in v.segments))
-    held = {ig: h for ig, h in ((ig, _held(bm, *ig)) for ig in pairs)
-            if h[0] is not False or h[1] is not False}
-    for si, seg in enumerate(v.segments):
-        virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
-        mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
-        # (``seg.guarded`` is sorted: the sorted intersection keeps its order)
-        for ig in sorted(held.keys() & seg.guarded) if held else ():
-            hv, hm = held[ig]
-            if hv is not False:
-                virt.append(hv)  # type: ignore[arg-type]
-            if hm is not False:
-                mats.append(hm)  # type: ignore[arg-type]
-        if virt and v.register is not None:
-            bm.reg[(v.index, si)] = _at_least_any(m, virt, f"reg{v.index}_{si}")
-        if mats:
-            bm.mat[(v.index, si)] = _at_least_any(m, mats, f"mat{v.index}_{si}")
 
 
-def _held(bm: BuiltModel, i: int, g: int) -> tuple[Cond, Cond]:
+def _holds(bm: BuiltModel, vi: int, si: int) -> None:
+    """Create ``reg[vi, si]`` / ``mat[vi, si]`` (where something can hold the value
+    there), on first use: only a capacity sum that can bind reads them, so a value that no
+    such sum sees costs no holding literals (nor the site guards behind them)."""
+    key = ("holds", vi, si)
+    if key in bm.conditions:
+        return
+    bm.conditions[key] = True
+    v = bm.problem.values[vi]
+    seg = v.segments[si]
+    m = bm.model
+    virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
+    mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
+    # A chain's suffixes are derived once per value: ``any[j]`` is implied by guard ``j``
+    # and by ``any[j + 1]``, so a segment holding from ``first`` on costs one product per
+    # storage, not one per guard (linear in the chain, not in segments × guards).
+    for ci, first in seg.chained:
+        suffixes = bm.conditions.get(("suffixes", vi, ci))
+        if suffixes is None:
+            suffixes = _suffixes(bm, v.chains[ci].guards)
+            bm.conditions[("suffixes", vi, ci)] = suffixes  # type: ignore[assignment]
+        guard = suffixes[first] if first < len(suffixes) else False  # type: ignore[index]
+        hv, hm = _held(bm, v.chains[ci].edge, guard, ("chain", vi, ci, first))
+        if hv is not False:
+            virt.append(hv)  # type: ignore[arg-type]
+        if hm is not False:
+            mats.append(hm)  # type: ignore[arg-type]
+    if virt and v.register is not None:
+        bm.reg[(vi, si)] = _at_least_any(m, virt, f"reg{vi}_{si}")
+    if mats:
+        bm.mat[(vi, si)] = _at_least_any(m, mats, f"mat{vi}_{si}")
+
+
+def _may_hold(bm: BuiltModel, v: Value, si: int, choice: Decision) -> bool:
+    """Whether some edge could hold ``v`` over segment ``si`` with ``choice`` (an upper
+    bound: guards are not looked at)."""
+    seg = v.segments[si]
+    return (any((i, choice) in bm.x for i in seg.edges)
+            or any((v.chains[ci].edge, choice) in bm.x for ci, _ in seg.chained))
+
+
+def _no_registers(problem: Problem) -> frozenset[int]:
+    """Edges that cannot be virtual: their value alone overflows the registers at a
+    checked point that their own cover spans (the capacity sum there forces ``x[e,
+    virtual]`` to 0 whatever else holds, so the literal is not created)."""
+    out: set[int] = set()
+    for lp in problem.live_points:
+        for vi, si in lp.segments:
+            v = problem.values[vi]
+            if v.register is None:
+                continue
+            cap = problem.capacity(v.register, lp.owner)
+            if cap is not None and v.reg_bytes > cap:
+                out.update(v.segments[si].edges)
+    return frozenset(out)
+
+
+def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
+    """``out[j]``: some guard of ``guards[j:]`` holds (a literal implied by each)."""
+    out: list[Cond] = [False] * len(guards)
+    cur: Cond = False
+    for j in range(len(guards) - 1, -1, -1):
+        lit = guard_literal(bm, guards[j])
+        if cur is True or lit is True:
+            cur = True
+        elif cur is False:
+            cur = lit
+        elif lit is not False:
+            any_ = bm.model.NewBoolVar(f"any{guards[j]}_{j}")
+            bm.model.AddImplication(lit, any_)  # type: ignore[arg-type]
+            bm.model.AddImplication(cur, any_)
+            cur = any_
+        out[j] = cur
+    return out
+
+
+def _held(bm: BuiltModel, i: int, guard: Cond, key: tuple[object, ...]
+          ) -> tuple[Cond, Cond]:
     """(in registers, in its buffer): edge ``i``, virtual / materialized, holds its value
-    while guard ``g`` holds; ``False`` where it cannot."""
+    while ``guard`` holds; ``False`` where it cannot."""
     out: list[Cond] = []
     for c in (VIRTUAL, MATERIALIZED):
-        held = _conjunction(bm, ("held", i, c, g), [bm.x.get((i, c), False),
-                                                      guard_literal(bm, g)])
+        held = _conjunction(bm, ("held", i, c, *key), [bm.x.get((i, c), False), guard])
         out.append(bm.x[(i, c)] if held is True else held)
     return out[0], out[1]
 
@@ -343,8 +422,8 @@ def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar
         return lits[0]
     out = bm.products.get(key)
     if out is None:
-        out = bm.model.NewBoolVar("p" + "_".join(map(str, key)))
-        bm.model.Add(out >= sum(lits) - (len(lits) - 1))
+        out = bm.model.NewBoolVar(f"p{len(bm.products)}")
+        bm.model.AddBoolOr([out, *(lit.Not() for lit in lits)])  # all of lits -> out
         bm.products[key] = out
     return out
 
@@ -546,6 +625,7 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
     out: list[tuple[cp_model.IntVar, int]] = []
     fixed, most = 0, 0
     for vi, si in lp.segments:
+        _holds(bm, vi, si)
         v = p.values[vi]
         ks = range(1, v.max_versions + 1)
         versions = [(k, bm.u.get((vi, k))) for k in ks] if v.max_versions > 1 else [(1, None)]
@@ -595,13 +675,46 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
     return out, fixed, most + fixed
 
 
+def _most(bm: BuiltModel, lp: LivePoint, resource: str) -> int:
+    """An upper bound of :func:`occupancy_terms`' largest possible bytes, creating nothing:
+    a capacity sum under it cannot bind and is not built."""
+    p = bm.problem
+    most = 0
+    for vi, si in lp.segments:
+        per = bm.most_of.get((vi, si))
+        if per is None:
+            per = bm.most_of[(vi, si)] = _most_of(bm, vi, si)
+        most += per.get(resource, 0)
+    for mi in lp.memories:
+        mem = p.memories[mi]
+        if resource in mem.homes:
+            most += mem.home_bytes[mem.homes.index(resource)] * mem.max_versions
+    return most + sum(p.temps[ti].bytes for ti in lp.temps if p.temps[ti].resource == resource)
+
+
+def _most_of(bm: BuiltModel, vi: int, si: int) -> dict[str | None, int]:
+    """The most bytes ``vi`` may hold over segment ``si``, per resource."""
+    v = bm.problem.values[vi]
+    out: dict[str | None, int] = {}
+    if v.register is not None and _may_hold(bm, v, si, VIRTUAL):
+        out[v.register] = v.reg_bytes * v.max_versions
+    if _may_hold(bm, v, si, MATERIALIZED):
+        buffer: dict[str | None, int] = {}
+        for q, pl in enumerate(v.placements):
+            if (vi, q) in bm.y:
+                buffer[pl.resource] = max(buffer.get(pl.resource, 0), pl.bytes)
+        for r, nbytes in buffer.items():
+            out[r] = out.get(r, 0) + nbytes * v.max_versions
+    return out
+
+
 def _capacity(bm: BuiltModel, lp: LivePoint, skip: frozenset[str]) -> None:
     p = bm.problem
     for (resource, owner), cap in sorted(p.capacities.items()):
         if owner != lp.owner or cap is None:
             continue
         name = f"capacity:{resource}@{lp.point}"
-        if name in skip:
+        if name in skip or _most(bm, lp, resource) <= cap:
             continue
         out, fixed, most = occupancy_terms(bm, lp, resource)
         if most <= cap:
@@ -668,7 +781,7 @@ def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolv
 
 
 def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
-          progress: Progress | None = None) -> SolveResult:
+          progress: Progress | None = None, deadline: float | None = None) -> SolveResult:
     """Minimize estimated time; among equal optima, return one fixed plan.
 
     The objective is ``W × cost + preference`` with ``W`` larger than any preference
@@ -682,7 +795,9 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     order).  The tie-break has its own time budget, ``max(1, time_limit_s)``; where it
     runs out, the optimum found last is kept (still optimal, ``canonical`` False).  A
     search stopped by ``time_limit_s`` (status "feasible") is not tie-broken: what it
-    finds depends on timing by nature.
+    finds depends on timing by nature.  ``deadline`` (a ``time.perf_counter()`` instant)
+    caps the tie-break and the fallback heuristic too, so the whole call ends by then
+    (give the search a ``time_limit_s`` that leaves the caller its own remainder).
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
@@ -708,8 +823,10 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
                                       + bm.model.Validate()[:500]), kind="internal")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
+        until = time.perf_counter() + max(5.0, time_limit_s)
         fallback = (fallback_assignment(bm.problem, bm.restrictions,
-                                        deadline=time.perf_counter() + max(5.0, time_limit_s))
+                                        deadline=until if deadline is None
+                                        else min(until, deadline))
                     if name == "unknown" else None)
         if fallback is None:
             return SolveResult(name, None, 0, 0, seconds)
@@ -725,8 +842,10 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     if status != cp_model.OPTIMAL:
         return SolveResult("feasible", decode(bm, solver), best + offset, bound + offset,
                            seconds)
+    until = time.perf_counter() + max(1.0, time_limit_s)
     assignment, canonical = _tie_break(bm, terms, value, solver, workers,
-                                       deadline=time.perf_counter() + max(1.0, time_limit_s))
+                                       deadline=until if deadline is None
+                                       else min(until, deadline))
     return SolveResult("optimal", assignment, best + offset, bound + offset,
                        time.perf_counter() - start, canonical)
 

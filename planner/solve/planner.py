@@ -59,10 +59,17 @@ from planner.solve.costs import (
     Problem,
     build_problem,
     evaluate,
+    total,
 )
 from planner.solve.evaluator import Held, held_at_points
 from planner.solve.explain import edge_reason, explain_infeasible
-from planner.solve.model import build_model, solve
+from planner.solve.model import OutOfTime, build_model, fallback_assignment, solve
+
+# The share of ``time_limit_s`` kept back from the search for decoding and the reference
+# evaluation, and the least any search is given.
+_EVALUATE_SHARE = 0.1
+_MIN_SEARCH_S = 0.05
+_GRACE_S = 5.0  # the repair heuristic's own budget once the deadline has passed
 
 Progress = Callable[[int, int, float], None]
 E = TypeVar("E", bound=Enum)
@@ -93,13 +100,20 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
                 bounds: Mapping[str, tuple[int, int]] | None = None) -> MaterializationPlan:
     """Plan every live edge of ``kernel`` on ``target``; see the module docstring.
 
-    ``time_limit_s`` bounds the CP-SAT search (building the model and the proofs come on
-    top); ``workers`` is CP-SAT's number of search workers; ``progress(best, bound,
-    seconds)`` is called on every improving solution; ``bounds`` declares inclusive
-    ranges of symbols the proofs range over where no binding fixes them.
+    ``time_limit_s`` bounds the whole call: the proofs, model building and the CP-SAT
+    search share one deadline (the search gets what is left, less a tenth of the limit
+    kept for the evaluation).  When it passes before optimality is proved the plan says
+    ``feasible`` with its gap (the greedy heuristic's plan when the search found none or
+    never started; its bound is then the constant every plan pays).  Building the
+    priced problem is checked only once it is done: refuse oversized kernels before
+    calling (:func:`planner.solve.budget.estimate_model_size`).  ``workers`` is CP-SAT's
+    number of search workers; ``progress(best, bound, seconds)`` is called on every
+    improving solution; ``bounds`` declares inclusive ranges of symbols the proofs range
+    over where no binding fixes them.
     """
     phases: list[tuple[str, float]] = []
     clock = [time.perf_counter()]
+    deadline = clock[0] + time_limit_s
 
     def phase(name: str) -> None:
         now = time.perf_counter()
@@ -107,7 +121,7 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
         clock[0] = now
 
     plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
-                        progress, bounds, phase)
+                        progress, bounds, phase, deadline)
     phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
     return dataclasses.replace(plan, phases=tuple(phases))
 
@@ -116,12 +130,12 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                  policy: Policy | str, baseline: Baseline | str | None, time_limit_s: float,
                  workers: int, progress: Progress | None,
                  bounds: Mapping[str, tuple[int, int]] | None,
-                 phase: Callable[[str], None]) -> MaterializationPlan:
+                 phase: Callable[[str], None], deadline: float) -> MaterializationPlan:
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
     problem = build_problem(kernel, target, bindings, policy)
     phase("build")
-    proofs = run_proofs(kernel, target, bindings, time_limit_s, bounds)
+    proofs = run_proofs(kernel, target, bindings, _left(deadline), bounds)
     phase("proofs")
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
     digest = content_hash(kernel, target, bindings, policy, base, bounds)
@@ -132,9 +146,17 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                     if p.status == "refuted" and p.name != "capacity")
     if refuted or problem.static_infeasible:
         return header.infeasible((*refuted, *problem.static_infeasible), 0.0)
-    bm = build_model(problem, restrictions)
+    try:
+        if _left(deadline) <= 0:
+            raise OutOfTime
+        bm = build_model(problem, restrictions, deadline=deadline)
+    except OutOfTime:
+        phase("model")
+        return _out_of_time(header, problem, restrictions, kernel, target, time_limit_s)
     phase("model")
-    result = solve(bm, time_limit_s=time_limit_s, workers=workers, progress=progress)
+    search = max(_MIN_SEARCH_S, _left(deadline) - _EVALUATE_SHARE * time_limit_s)
+    result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
+                   deadline=deadline)
     phase("solve")
     if result.assignment is not None:
         return header.solved(result.assignment, restrictions, result.status == "optimal",
@@ -149,8 +171,28 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
             f"no plan for {kernel.name} on {target.name} within {time_limit_s:g} s (neither a "
             "solution nor a proof of infeasibility); raise --time-limit"), kind="timeout")
     start = time.perf_counter()
-    lines = explain_infeasible(problem, restrictions, base, max(1.0, time_limit_s / 2))
+    lines = explain_infeasible(problem, restrictions, base,
+                               max(0.1, min(time_limit_s / 2, _left(deadline))))
     return header.infeasible(lines, result.wall_s + time.perf_counter() - start)
+
+
+def _left(deadline: float) -> float:
+    return deadline - time.perf_counter()
+
+
+def _out_of_time(header: _Header, problem: Problem, restrictions: Mapping[int, frozenset],
+                 kernel: Kernel, target: Target, time_limit_s: float) -> MaterializationPlan:
+    """The deadline passed before the search could start: the heuristic's plan (given
+    :data:`_GRACE_S` more), ``feasible`` against the only bound known, the constant every
+    plan pays."""
+    fallback = fallback_assignment(problem, restrictions,
+                                   deadline=time.perf_counter() + _GRACE_S)
+    if fallback is None:
+        raise PlannerError(Diagnostic(
+            f"no plan for {kernel.name} on {target.name} within {time_limit_s:g} s (the "
+            "model was not built in time and the heuristic found no feasible plan); raise "
+            "--time-limit"), kind="timeout")
+    return header.solved(fallback, restrictions, False, total(problem.constant), 0.0)
 
 
 def _enum(cls: type[E], value: object, what: str) -> E:

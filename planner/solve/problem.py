@@ -88,16 +88,34 @@ class Placement:
 class Segment:
     """Points ``[start, end)`` where the value is needed by exactly ``edges``.
 
-    ``guarded`` holds it too, conditionally: ``(edge, guard)`` keeps the value (in
-    registers when the edge is virtual, in its buffer when materialized) when the edge
-    is preserving and the :class:`Guard` holds (the consumer is inlined into a consumer
-    evaluated later, or a carry's storage is split from its yielded value's).
+    ``chained`` holds it too, conditionally: ``(chain, first)`` names the guards
+    ``chains[chain].guards[first:]`` of the value's :class:`GuardChain`; each keeps the
+    value (in registers when the chain's edge is virtual, in its buffer when
+    materialized) when the edge is preserving and the :class:`Guard` holds (the
+    consumer is inlined into a consumer evaluated later, or a carry's storage is split
+    from its yielded value's).  A suffix, not a list: a value's segment count and its
+    guards both grow with the points after it, and listing every guard in every
+    segment made the problem cubic in the length of an inlinable chain.
     """
 
     start: int
     end: int
     edges: tuple[int, ...]
-    guarded: tuple[tuple[int, int], ...] = ()
+    chained: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GuardChain:
+    """Guarded holds of one edge that start at one point, ordered by where they end.
+
+    Guard ``guards[j]`` holds the value from the chain's start to ``ends[j]``, so the
+    guards that cover a segment are a suffix of the chain (see :class:`Segment`).
+    """
+
+    edge: int
+    start: int
+    guards: tuple[int, ...]
+    ends: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +193,7 @@ class Value:
     policy: str | None = None  # "preserve" | "inline" | None
     policy_reason: str = ""
     segments: tuple[Segment, ...] = ()
+    chains: tuple[GuardChain, ...] = ()  # what segments' ``chained`` refer to
     expensive: bool = False
     inlinable: bool = False  # the lowering may compute it inline in its consumers
     sites: tuple[int, ...] = ()  # later points where inlining may evaluate it

@@ -56,6 +56,7 @@ SHAPES: dict[str, list[dict[str, int]]] = {
     "gelu": [dict(N=1000), dict(N=1), dict(N=0), dict(N=257)],
     "attention": [dict(L=50, S=37, D=24), dict(L=1, S=1, D=1), dict(L=0, S=3, D=4),
                   dict(L=3, S=0, D=4), dict(L=33, S=70, D=40)],
+    "conv1d": [dict(B=3, N=37), dict(B=1, N=1), dict(B=0, N=5), dict(B=2, N=0)],
 }
 BASELINES = (None, "all-materialize", "greedy-fusion", "all-virtual")
 

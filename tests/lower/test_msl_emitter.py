@@ -73,6 +73,7 @@ SHAPES: dict[str, dict[str, int]] = {
     "layernorm": {"M": 13, "N": 70},
     "gelu": {"N": 1000},
     "attention": {"L": 19, "S": 23, "D": 8},
+    "conv1d": {"B": 3, "N": 37},
 }
 PLANS = ("optimal", "all-materialize", "greedy-fusion", "all-virtual")
 RTOL = ATOL = 1e-4

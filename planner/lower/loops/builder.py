@@ -446,6 +446,9 @@ class _Builder(PlannedUses):
             src[p] = idx[i]
         return self.read(op.x, tuple(src), op, 0)
 
+    def _inline_slice(self, op: core.SliceOp, idx: tuple[Expr, ...]) -> Elem:
+        return self.read(op.x, op.source_index(idx), op, 0)
+
     def _inline_memload(self, op: core.MemLoadOp, idx: tuple[Expr, ...]) -> Elem:
         mt = op.memory.type
         assert isinstance(mt, MemoryType)
@@ -1064,6 +1067,7 @@ _INLINE: dict[type, Callable[[_Builder, Op, tuple[Expr, ...]], Elem]] = {
     core.CastOp: _Builder._inline_cast,
     core.BroadcastOp: _Builder._inline_broadcast,
     core.TransposeOp: _Builder._inline_transpose,
+    core.SliceOp: _Builder._inline_slice,
     core.MemLoadOp: _Builder._inline_memload,
 }
 

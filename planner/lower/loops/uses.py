@@ -28,7 +28,8 @@ _KIND = "lowering"
 
 #: Ops whose expression a use may inline instead of reading the value's buffer.
 INLINABLE = (core.LoadOp, core.FullOp, core.IotaOp, core.UnaryOp, core.BinaryOp,
-             core.SelectOp, core.CastOp, core.BroadcastOp, core.TransposeOp, core.MemLoadOp)
+             core.SelectOp, core.CastOp, core.BroadcastOp, core.TransposeOp, core.SliceOp,
+             core.MemLoadOp)
 #: Ops a recomputation re-derives (``planner.solve.costs.is_recomputable_kind``): a
 #: Memory snapshot, a reduction, an mma result or a loop carry stops the chain.
 REDERIVABLE = tuple(c for c in INLINABLE if c is not core.MemLoadOp)

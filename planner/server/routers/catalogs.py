@@ -6,6 +6,13 @@ to create a new one).  A missing precondition is 428, a stale one 412, so two pe
 editing the same catalog cannot silently overwrite each other.  Written files go to
 the writable catalog directory, which is searched first: writing ``x86-avx2`` there
 overrides the built-in target until the file is deleted again.
+
+The files live in a :class:`planner.server.catalog_store.CatalogStore`, which serializes
+writes across server processes and keeps every accepted revision: ``GET
+/v1/catalogs/{name}/revisions`` lists them (content hashes, the ``catalog_hash`` of
+plans), ``GET /v1/catalogs/{name}/revisions/{hash}`` returns one.  A write the storage
+refuses is 507 (``insufficient-storage``) or 503 (``read-only-storage``,
+``storage-permission-denied``, ``catalog-busy``, ...) with nothing changed.
 """
 
 from __future__ import annotations
@@ -13,13 +20,17 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from typing import Annotated, Any
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
 
 from planner.errors import PlannerError
+from planner.server.catalog_store import CatalogFile, StoreError, etag_of, load_catalog_bytes
 from planner.server.models import (
     CatalogDeleted,
     CatalogDetail,
@@ -29,14 +40,9 @@ from planner.server.models import (
     CatalogWritten,
 )
 from planner.server.routers import error_responses
-from planner.server.service import (
-    REQUEST_FILE,
-    ApiError,
-    CatalogFile,
-    ServiceDep,
-    etag_of,
-    load_catalog_bytes,
-)
+from planner.server.service import REQUEST_FILE, ApiError, ServiceDep
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/catalogs", tags=["catalogs"])
 
@@ -54,6 +60,30 @@ _CATALOG_BODY = {"requestBody": {"required": True, "description": "the catalog f
                                  "content": {"application/yaml": {"schema": {"type": "string"}},
                                              "application/json": {"schema": {"type": "object"}}}}}
 _ETAG_HEADER = {"ETag": {"description": "the catalog's content hash", "schema": {"type": "string"}}}
+RevisionHash = Annotated[str, Path(pattern=r"^[0-9a-f]{6,64}$",
+                                   description="the revision's SHA-256 (or a unique prefix of "
+                                   "at least 6 hex digits)")]
+
+
+class CatalogRevision(BaseModel):
+    hash: str = Field(description="SHA-256 of the file: its ETag and a plan's catalog_hash")
+    size: int = Field(description="bytes")
+    kept_at: str | None = Field(description="when this revision was first accepted (UTC, "
+                                "ISO 8601); null for a file that was never written here")
+    current: bool = Field(description="the catalog's visible file has this content")
+
+
+class CatalogRevisions(BaseModel):
+    name: str
+    revisions: list[CatalogRevision] = Field(description="oldest first")
+
+
+async def _stored(fn: Callable[..., T], /, *args: Any) -> T:
+    """``fn(*args)`` of the catalog store in a thread; its refusals become problems."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except StoreError as exc:
+        raise ApiError(exc.status, exc.kind, exc.message, headers=exc.headers) from None
 
 
 def require_writer(service: ServiceDep,
@@ -149,7 +179,7 @@ async def get_catalog(name: CatalogName, request: Request, service: ServiceDep) 
     201: {"model": CatalogWritten, "description": "Created the catalog (Location: its URL)",
           "headers": {**_ETAG_HEADER, "Location": {"description": "the new catalog's path",
                                                    "schema": {"type": "string"}}}},
-    **error_responses(401, 403, 412, 422, 428)})
+    **error_responses(401, 403, 412, 422, 428, 503, 507)})
 async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
                       _writer: WriterDep, if_match: IfMatch = None,
                       if_none_match: IfNoneMatch = None) -> Response:
@@ -160,8 +190,7 @@ async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
     Writing the name of a built-in target overrides it (DELETE restores the built-in).
     """
     data = await _catalog_body(request)
-    result = await asyncio.to_thread(service.catalogs.write, name, data, if_match,
-                                     if_none_match)
+    result = await _stored(service.catalogs.write, name, data, if_match, if_none_match)
     dropped = service.cache.drop_target(name)
     note = (f"this file overrides the built-in catalog {name!r}; DELETE "
             f"/v1/catalogs/{name} restores it" if result.overrides_builtin else "")
@@ -176,13 +205,38 @@ async def put_catalog(name: CatalogName, request: Request, service: ServiceDep,
                     status_code=201 if new else 200)
 
 
-@router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 422, 428))
+@router.delete("/{name}", responses=error_responses(401, 403, 404, 409, 412, 422, 428, 503,
+                                                    507))
 async def delete_catalog(name: CatalogName, service: ServiceDep, _writer: WriterDep,
                          if_match: IfMatch = None) -> CatalogDeleted:
-    """Delete a user catalog file (never a built-in one)."""
-    restored = await asyncio.to_thread(service.catalogs.delete, name, if_match)
+    """Delete a user catalog file (never a built-in one): 404 when it is already gone
+    (another process deleted it), 412 when it changed since it was read."""
+    restored = await _stored(service.catalogs.delete, name, if_match)
     return CatalogDeleted(name=name, builtin_restored=restored,
                           dropped_plans=service.cache.drop_target(name))
+
+
+@router.get("/{name}/revisions", responses=error_responses(404, 422))
+async def list_revisions(name: CatalogName, service: ServiceDep) -> CatalogRevisions:
+    """Every accepted revision of a catalog, oldest first (kept after a DELETE too)."""
+    found = await asyncio.to_thread(service.catalogs.revisions, name)
+    return CatalogRevisions(name=name, revisions=[CatalogRevision(
+        hash=r.digest, size=r.size, current=r.current,
+        kept_at=datetime.fromtimestamp(r.kept_at, UTC).isoformat() if r.kept_at else None)
+        for r in found])
+
+
+@router.get("/{name}/revisions/{digest}", responses={
+    200: {"description": "The revision's YAML file, byte for byte", "headers": _ETAG_HEADER,
+          "content": {"application/yaml": {"schema": {"type": "string"}}}},
+    **error_responses(400, 404, 422)})
+async def get_revision(name: CatalogName, digest: RevisionHash,
+                       service: ServiceDep) -> Response:
+    """One revision of a catalog, as the YAML file that was accepted (immutable)."""
+    full, data = await asyncio.to_thread(service.catalogs.revision, name, digest)
+    return Response(data, media_type="application/yaml",
+                    headers={"ETag": f'"{full}"', "Cache-Control": "public, max-age=31536000, "
+                             "immutable"})
 
 
 async def _catalog_body(request: Request) -> bytes:

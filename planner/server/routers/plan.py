@@ -56,7 +56,7 @@ _PLAN_OK = {"description": "The MaterializationPlan (schema: GET /v1/schemas/pla
                                          "schema": {"type": "string"}}}}
 
 
-@router.post("/plan", responses={200: _PLAN_OK, **error_responses(400, 404, 422)})
+@router.post("/plan", responses={200: _PLAN_OK, **error_responses(400, 404, 422, 503)})
 async def plan(body: PlanBody, service: ServiceDep) -> Response:
     """Plan one kernel on one target; identical requests are answered from the cache."""
     start = time.perf_counter()
@@ -70,16 +70,22 @@ async def plan(body: PlanBody, service: ServiceDep) -> Response:
 @router.post("/compare", responses={
     200: {"description": "The comparison (rows per edge, one column per variant)",
           "content": {"application/json": {"schema": {"type": "object"}}}},
-    **error_responses(400, 404, 422)})
+    **error_responses(400, 404, 422, 503)})
 async def compare(body: CompareBody, service: ServiceDep) -> Response:
     """Plan one kernel under several targets, policies or baselines and compare the plans."""
     if len(body.variants) > service.settings.max_compare_variants:
         raise ApiError(413, "too-large", f"{len(body.variants)} variants; at most "
                        f"{service.settings.max_compare_variants} per request")
     start = time.perf_counter()
-    results = await asyncio.gather(*(
-        service.plan(body.kernel, v.target, body.bindings, v.policy, v.baseline,
-                     body.time_limit, body.bounds) for v in body.variants))
+    tasks = [asyncio.ensure_future(service.plan(body.kernel, v.target, body.bindings, v.policy,
+                                                v.baseline, body.time_limit, body.bounds))
+             for v in body.variants]
+    try:
+        results = await asyncio.gather(*tasks)
+    except BaseException:  # the first failure answers; the other variants' jobs stop
+        for task in tasks:
+            task.cancel()
+        raise
     labelled = [(v.default_label(), planned.plan)
                 for v, (planned, _) in zip(body.variants, results, strict=True)]
     comparison: dict[str, Any] = await service.run(compare_job, labelled)
@@ -88,14 +94,14 @@ async def compare(body: CompareBody, service: ServiceDep) -> Response:
     return JSONResponse(comparison)
 
 
-@router.post("/check", responses=error_responses(400, 404, 422))
+@router.post("/check", responses=error_responses(400, 404, 422, 503))
 async def check(body: CheckBody, service: ServiceDep) -> CheckResponse:
     """Run the verifier and the target's proofs (capacity, access, layouts, 64-bit)."""
     target = await asyncio.to_thread(service.catalogs.target, body.target)
     time_limit = min(body.time_limit or 2.0, service.settings.max_time_limit_s)
     report = await service.run(check_job, body.kernel, target, dict(body.bindings),
                                service.settings.max_graph_ops, time_limit, dict(body.bounds))
-    response = CheckResponse.model_validate(report)
+    response = CheckResponse.model_validate(report).capped()
     for proof in response.proofs:  # the proofs' hints name CLI flags
         proof.detail = api_wording(proof.detail)
     for diag in response.diagnostics:
@@ -103,7 +109,7 @@ async def check(body: CheckBody, service: ServiceDep) -> CheckResponse:
     return response
 
 
-@router.post("/lower", responses=error_responses(400, 404, 422))
+@router.post("/lower", responses=error_responses(400, 404, 422, 503))
 async def lower(body: LowerBody, service: ServiceDep) -> LowerResponse:
     """Plan the kernel (or reuse the cached plan) and return the emitted code."""
     emit = check_emitter(body.emit, await asyncio.to_thread(service.catalogs.target,
