@@ -59,7 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "CPU-limited, killed on a deadline or a disconnect), 1..256 (default 2)")
     p.add_argument("--processes", type=positive_int, default=1, metavar="N",
                    help="server processes accepting on the one listening socket, each with "
-                   "--workers threads and its own plan cache (default 1)")
+                   "--workers worker processes and its own plan cache (default 1)")
+    p.add_argument("--max-queue", type=non_negative_int, default=16, metavar="N",
+                   help="planning jobs that may wait for a worker; one more is answered 503 "
+                   "with Retry-After, >= 0 (default 16)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
+                   help="run POST /v1/sweeps on this Dask scheduler (default "
+                   "$PLANNER_DASK_SCHEDULER; unset: a local process pool)")
     p.add_argument("--cache-size", type=non_negative_int, default=256, metavar="N",
                    help="plans kept in the LRU cache, >= 0 (default 256)")
     p.add_argument("--max-time-limit", type=positive_float, default=60.0, metavar="SECONDS",
@@ -87,7 +93,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
                         writable_catalog_dir=writable, token=token,
                         max_body_bytes=args.max_body_bytes, max_graph_ops=args.max_graph_ops,
                         max_time_limit_s=args.max_time_limit, pool_workers=args.workers,
-                        cache_size=args.cache_size)
+                        cache_size=args.cache_size, max_queue=args.max_queue,
+                        sweep_scheduler=(args.scheduler
+                                         or environ.get("PLANNER_DASK_SCHEDULER") or None))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise error(f"planner serve: {problems}", kind="usage") from None

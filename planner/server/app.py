@@ -68,11 +68,12 @@ def create_app(settings: Settings) -> FastAPI:
     service = Service(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(service.workers.warm)
         try:
             yield
         finally:
+            await asyncio.to_thread(sweeps.shutdown_sweeps, app_)
             service.close()
 
     app = FastAPI(title="planner", version=health.package_version(), description=DESCRIPTION,

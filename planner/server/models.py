@@ -18,8 +18,9 @@ from planner.errors import Diagnostic, PlannerError
 from planner.plan.decisions import Baseline, Policy
 
 TargetName = Annotated[str, Field(
-    min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$",
-    description="a catalog target name (GET /v1/catalogs lists them)",
+    min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*(@[0-9a-f]{6,64})?$",
+    description="a catalog target name (GET /v1/catalogs lists them), or NAME@HASH: one "
+    "revision of that catalog (GET /v1/catalogs/{name}/revisions lists them)",
     examples=[DEFAULT_TARGET])]
 SymbolName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
 Bindings = Annotated[dict[SymbolName, Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]], Field(

@@ -174,7 +174,7 @@ def _worker_main(conn: Connection, memory_bytes: int | None, cpu_seconds: float 
             conn.send(("bug", f"the job's answer could not be sent: {exc!r}"))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: Connection
@@ -196,6 +196,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["planner.server.service"])
         self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()  # idle and busy, for close()
         self._running = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self.killed = 0  # workers killed for a deadline or a disconnect
@@ -223,7 +224,9 @@ class WorkerPool:
             if script is not None:
                 main.__file__ = script  # type: ignore[union-attr]
         child.close()
-        return _Worker(process, parent)
+        worker = _Worker(process, parent)
+        self._all.add(worker)
+        return worker
 
     def warm(self) -> None:
         """Start the forkserver and one worker (so the first request does not wait)."""
@@ -261,6 +264,7 @@ class WorkerPool:
             worker = self._idle.pop()
             if worker.process.is_alive():
                 return worker
+            self._all.discard(worker)
             worker.kill()
         return self._spawn()
 
@@ -305,7 +309,10 @@ class WorkerPool:
 
         timer = loop.call_later(LONG_JOB_S, lower_priority)
         try:
-            await asyncio.to_thread(worker.conn.send, (fn, args))
+            try:
+                await asyncio.to_thread(worker.conn.send, (fn, args))
+            except OSError:  # the worker died while idle
+                raise self._died(worker) from None
             loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
             waits: list[asyncio.Future[Any]] = [ready]
             gone = asyncio.ensure_future(disconnected.wait()) if disconnected else None
@@ -338,6 +345,7 @@ class WorkerPool:
             if keep and not self._closed:
                 self._idle.append(worker)
             else:
+                self._all.discard(worker)
                 await asyncio.to_thread(worker.kill)
 
     def _died(self, worker: _Worker) -> Exception:
@@ -354,7 +362,9 @@ class WorkerPool:
         return JobFailed(f"the worker process exited with status {code}")
 
     def close(self) -> None:
+        """Kill every worker, busy ones included (their requests are ending too)."""
         self._closed = True
-        for worker in self._idle:
+        for worker in list(self._all):
             worker.kill()
+        self._all.clear()
         self._idle.clear()

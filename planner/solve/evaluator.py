@@ -278,30 +278,16 @@ def held_at_points(problem: Problem, a: Assignment
         if g.kind == "pingpong" and truth.guard(gi):
             into[g.b] = (g.a, True)
     pingpong = {c for c, two in into.values() if two}
-    live: dict[tuple[int, int], tuple[bool, bool]] = {}
+    live: dict[tuple[int, int], list[Held]] = {}  # a segment's holders: the same everywhere
     out: list[tuple[tuple[str, int], list[Held]]] = []
     for lp in problem.live_points:
         held: list[Held] = []
         for vi, si in lp.segments:
-            v = problem.values[vi]
-            if (vi, si) not in live:
-                live[(vi, si)] = segment_live(problem, a, v, v.segments[si], truth)
-            reg, mat = live[(vi, si)]
-            k = a.versions[vi]
-            q = a.placement[vi]
-            owner = problem.values[into[vi][0]] if vi in into else v
-            role = "carry" if owner.kind == "loop.carry" else "value"
-            kk = 2 if owner.index in pingpong else k
-            if reg and v.register is not None:
-                copy = q is not None
-                held.append(Held(("value", owner.index, "reg" if copy else "main"),
-                                 register_copy_name(owner.name) if copy else owner.name,
-                                 "register copy" if copy else role, v.register,
-                                 v.reg_bytes * k, kk))
-            if mat and q is not None:
-                pl = v.placements[q]
-                held.append(Held(("value", owner.index, "main"), owner.name, role,
-                                 pl.resource, pl.bytes * k, kk, pl.sync))
+            seg = live.get((vi, si))
+            if seg is None:
+                seg = live[(vi, si)] = _segment_held(problem, a, truth, vi, si, into,
+                                                     pingpong)
+            held += seg
         for mi in lp.memories:
             m = problem.memories[mi]
             k = a.memory_versions[mi] if a.memory_versions else 1
@@ -318,6 +304,29 @@ def held_at_points(problem: Problem, a: Assignment
             o = merged.get(h.key)
             merged[h.key] = h if o is None else dataclasses.replace(o, bytes=o.bytes + h.bytes)
         out.append(((lp.owner, lp.point), list(merged.values())))
+    return out
+
+
+def _segment_held(problem: Problem, a: Assignment, truth: Truth, vi: int, si: int,
+                  into: Mapping[int, tuple[int, bool]], pingpong: set[int]) -> list[Held]:
+    """The buffers value ``vi`` holds over its segment ``si``."""
+    v = problem.values[vi]
+    reg, mat = segment_live(problem, a, v, v.segments[si], truth)
+    k = a.versions[vi]
+    q = a.placement[vi]
+    owner = problem.values[into[vi][0]] if vi in into else v
+    role = "carry" if owner.kind == "loop.carry" else "value"
+    kk = 2 if owner.index in pingpong else k
+    out: list[Held] = []
+    if reg and v.register is not None:
+        copy = q is not None
+        out.append(Held(("value", owner.index, "reg" if copy else "main"),
+                        register_copy_name(owner.name) if copy else owner.name,
+                        "register copy" if copy else role, v.register, v.reg_bytes * k, kk))
+    if mat and q is not None:
+        pl = v.placements[q]
+        out.append(Held(("value", owner.index, "main"), owner.name, role, pl.resource,
+                        pl.bytes * k, kk, pl.sync))
     return out
 
 

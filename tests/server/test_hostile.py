@@ -324,3 +324,25 @@ def test_a_client_that_hangs_up_stops_its_job(tmp_path: Path) -> None:
             metrics = c.get("/metrics").text
         assert 'route="/v1/plan",status="499"} 1' in metrics
         assert service.metrics.server_errors() == 0
+
+
+def test_worker_limits_end_the_job_not_the_server() -> None:
+    from planner.errors import PlannerError
+    from planner.server.workers import WorkerPool
+
+    pool = WorkerPool(1, 0, memory_bytes=3 << 30, cpu_seconds=1.0)
+
+    async def scenario() -> None:
+        with pytest.raises(PlannerError) as memory:  # 8 GiB: beyond RLIMIT_AS
+            await asyncio.wait_for(pool.call(bytearray, (8 << 30,)), 30)
+        assert memory.value.kind == "too-large" and memory.value.diagnostics[0].rule == \
+            "memory-limit"
+        with pytest.raises(PlannerError) as cpu:  # about a minute of CPU, stopped after 1 s
+            await asyncio.wait_for(pool.call(sum, (range(10**10),)), 30)
+        assert cpu.value.kind == "timeout" and cpu.value.diagnostics[0].rule == "cpu-limit"
+        assert await asyncio.wait_for(pool.call(sum, ([1, 2],)), 30) == 3  # a fresh worker
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.close()

@@ -55,3 +55,17 @@ def test_start_poll_cancel_and_errors():
         assert bad.status_code == 400 and "not a parameter" in bad.json()["detail"]
         assert client.post("/v1/sweeps", json={"kernel": "../x"}).status_code == 422
         assert live.service.metrics.server_errors() == 0
+
+
+def test_server_shutdown_cancels_running_sweeps():
+    with live_server(Settings(port=0)) as live, live.client() as client:
+        r = client.post("/v1/sweeps", json={"kernel": "manual_gemm", "targets": ["apple-m2"],
+                                            "space": {"resource": ["shared"]},
+                                            "time_limit": 5})
+        assert r.status_code == 202, r.text
+        _poll(client, r.headers["Location"], lambda j: j["done"] >= 1)
+        (job,) = live.app.state.sweeps.jobs.values()
+        assert job.state == "running"
+    # the lifespan's end cancelled the job and joined its thread
+    assert job.stop.is_set() and job.thread is not None and not job.thread.is_alive()
+    assert job.state == "cancelled" and 1 <= len(job.results) < job.total

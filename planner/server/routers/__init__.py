@@ -17,8 +17,9 @@ _DESCRIPTIONS = {
     422: "Malformed request, invalid kernel or catalog, or an infeasible plan",
     428: "A catalog write without If-Match / If-None-Match",
     500: "Unexpected server error (carries a request id; never caused by client input)",
-    503: "Temporarily unavailable: the server or its catalog storage is busy (Retry-After), "
-         "or the storage refuses writes (read-only, permission denied); nothing was changed",
+    503: "Temporarily unavailable (Retry-After): every planning worker is busy and the queue "
+         "is full (kind overloaded), the catalog storage is busy, or it refuses writes "
+         "(read-only, permission denied); nothing was changed",
     507: "Insufficient storage: the catalog could not be written; nothing was changed",
 }
 

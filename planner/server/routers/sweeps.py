@@ -69,6 +69,7 @@ class _Job:
         self.error: str | None = None
         self.created = time.time()
         self.result: Any = None  # the SweepResult once finished
+        self.thread: threading.Thread | None = None
 
     def add(self, r: Any) -> None:
         with self.lock:
@@ -111,12 +112,31 @@ class _Jobs:
             self.jobs[job.id] = job
             return job
 
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Cancels every running sweep and waits up to ``timeout_s`` for them to stop
+        (the executors close; finished points stay in the plan cache)."""
+        with self.lock:
+            running = [j for j in self.jobs.values() if j.state == "running"]
+        for job in running:
+            job.stop.set()
+        deadline = time.monotonic() + timeout_s
+        for job in running:
+            if job.thread is not None:
+                job.thread.join(max(0.0, deadline - time.monotonic()))
+
     def get(self, job_id: str) -> _Job:
         job = self.jobs.get(job_id)
         if job is None:
             raise ApiError(404, "not-found", f"no sweep {job_id!r} (finished sweeps are "
                            f"forgotten after {MAX_KEPT} newer ones)")
         return job
+
+
+def shutdown_sweeps(app: Any) -> None:
+    """The app's lifespan end: cancel and join the running sweeps."""
+    jobs = getattr(app.state, "sweeps", None)
+    if jobs is not None:
+        jobs.shutdown()
 
 
 def _jobs(request: Request) -> _Jobs:
@@ -174,8 +194,10 @@ async def start_sweep(body: SweepRequest, request: Request, service: ServiceDep)
         raise ApiError(413, "too-large", f"{len(prepared.tasks)} points; at most "
                        f"{MAX_POINTS} per sweep (restrict the space)")
     job = _jobs(request).admit(body.kernel, len(prepared.tasks))
-    threading.Thread(target=_run, args=(job, spec, prepared, settings.sweep_scheduler),
-                     name=f"sweep-{job.id}", daemon=True).start()
+    job.thread = threading.Thread(target=_run, args=(job, spec, prepared,
+                                                     settings.sweep_scheduler),
+                                  name=f"sweep-{job.id}", daemon=True)
+    job.thread.start()
     return JSONResponse(job.to_json(), status_code=202,
                         headers={"Location": f"/v1/sweeps/{job.id}"})
 
