@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from planner.cli.common import (
     DEFAULT_TARGET,
@@ -98,15 +98,45 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_catalog_dir_arg(p)
 
 
-def _progress() -> Callable[[int, int, float], None] | None:
-    if not sys.stderr.isatty():
-        return None
+#: The phase that follows each one ``plan_kernel`` reports (see ``on_phase``).
+_NEXT_PHASE = {"": "build", "build": "proofs", "proofs": "model", "model": "solve",
+               "solve": "evaluate"}
 
-    def report(best: int, bound: int, seconds: float) -> None:
-        print(f"\r  best {best:,} ns  bound {bound:,} ns  ({seconds:.1f} s)   ",
-              end="", file=sys.stderr, flush=True)
 
-    return report
+class LiveStatus:
+    """One status line on a terminal's stderr, rewritten in place: the phases done with
+    their seconds, the one running, and the search's best and bound while it solves."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.done: list[str] = []
+        self.running = _NEXT_PHASE[""]
+        self.search = ""
+        self.width = 0
+        self.show()
+
+    def show(self) -> None:
+        text = "  " + " · ".join([*self.done, f"{self.running}…" + self.search])
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = max(self.width, len(text))
+
+    def phase(self, name: str, seconds: float) -> None:
+        self.done.append(f"{name} {seconds:.2f} s")
+        self.running, self.search = _NEXT_PHASE.get(name, "finishing"), ""
+        self.show()
+
+    def progress(self, best: int, bound: int, seconds: float) -> None:
+        self.search = f" best {best:,} ns, bound {bound:,} ns ({seconds:.1f} s)"
+        self.show()
+
+    def clear(self) -> None:
+        self.stream.write("\r" + " " * self.width + "\r")
+        self.stream.flush()
+
+
+def _live_status() -> LiveStatus | None:
+    return LiveStatus(sys.stderr) if sys.stderr.isatty() else None
 
 
 def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | None
@@ -116,15 +146,17 @@ def _plan(args: argparse.Namespace, target: str, policy: str, baseline: str | No
 
     loaded, bindings = kernel_and_bindings(args)
     registry = CatalogRegistry.from_environment(args.catalog_dir)
-    progress = _progress()
+    tgt = registry.get(target)
+    live = _live_status()
     try:
-        return plan_kernel(loaded.kernel, registry.get(target), bindings, policy=policy,
+        return plan_kernel(loaded.kernel, tgt, bindings, policy=policy,
                            baseline=baseline, time_limit_s=args.time_limit,
-                           workers=args.workers, progress=progress,
-                           bounds=symbol_bounds(args))
+                           workers=args.workers, progress=live.progress if live else None,
+                           bounds=symbol_bounds(args),
+                           on_phase=live.phase if live else None)
     finally:
-        if progress is not None:
-            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+        if live is not None:
+            live.clear()
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

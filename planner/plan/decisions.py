@@ -75,6 +75,7 @@ class EdgePlan:
     reason: str = ""  # one line: why this choice (binding constraint or cheapest)
     producer_kind: str = ""  # e.g. "tile.unary.exp"
     consumer_kind: str = ""  # e.g. "tile.reduce.sum", "tile.store"
+    lines: tuple[int, int] = (0, 0)  # the producer's and the consumer's source lines (0: none)
 
     @property
     def total_cost(self) -> int:

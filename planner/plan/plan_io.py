@@ -45,7 +45,7 @@ def _edge_to_json(e: EdgePlan) -> dict[str, Any]:
             "versions": e.versions, "sync": e.sync, "lifetime": list(e.lifetime),
             "stage_distance": e.stage_distance, "cost": dict(sorted(e.cost.items())),
             "reason": e.reason, "producer_kind": e.producer_kind,
-            "consumer_kind": e.consumer_kind}
+            "consumer_kind": e.consumer_kind, "lines": list(e.lines)}
 
 
 def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
@@ -118,7 +118,8 @@ def _edge_from_json(obj: Mapping[str, Any], i: int) -> EdgePlan:
         int(obj.get("stage_distance", 0)),
         {str(k): int(v) for k, v in _get(obj, "cost", dict, w).items()},
         str(obj.get("reason", "")), str(obj.get("producer_kind", "")),
-        str(obj.get("consumer_kind", "")))
+        str(obj.get("consumer_kind", "")),
+        tuple(int(x) for x in obj.get("lines", (0, 0))))  # type: ignore[arg-type]
 
 
 def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
@@ -188,7 +189,9 @@ def plan_json_schema() -> dict[str, Any]:
                 "versions": {"type": "integer", "minimum": 1}, "sync": nullable_str,
                 "lifetime": pair, "stage_distance": {"type": "integer", "minimum": 0},
                 "cost": costs, "reason": {"type": "string"},
-                "producer_kind": {"type": "string"}, "consumer_kind": {"type": "string"}}}
+                "producer_kind": {"type": "string"}, "consumer_kind": {"type": "string"},
+                "lines": {**pair, "description": "source lines of the producer and the "
+                          "consumer (0: a block argument or unknown)"}}}
     peak = {"type": "object", "required": ["resource", "capacity", "peak_bytes", "at_point",
                                            "holders"],
             "properties": {
@@ -307,6 +310,13 @@ def edge_kinds(e: EdgePlan) -> str:
     return f"{short_kind(e.producer_kind)} → {short_kind(e.consumer_kind)}"
 
 
+def edge_lines(e: EdgePlan) -> str:
+    """``43→44``: the producer's and the consumer's source lines (``-`` where unknown)."""
+    if e.lines == (0, 0):
+        return ""
+    return "→".join(str(n) if n else "-" for n in e.lines)
+
+
 def decision_text(e: EdgePlan) -> str:
     if e.decision is Decision.MATERIALIZED:
         return f"materialize {e.resource}" + (f", {e.layout}" if e.layout and
@@ -361,10 +371,10 @@ def format_plan_table(plan: MaterializationPlan) -> str:
     parts = ", ".join(f"{k} {v:,}" for k, v in sorted(plan.breakdown.items()) if v)
     lines.append(f"estimated time {fmt_ns(plan.objective)} ({parts})")
     lines.append("")
-    rows = [(e.edge_id, edge_kinds(e), fmt_size(e.bytes), decision_text(e), str(e.versions),
-             f"{sum(e.cost.values()):,}", e.reason) for e in plan.edges]
-    lines.append(table(("edge", "ops", "bytes", "decision", "ver", "cost ns", "reason"), rows,
-                       right=(2, 4, 5)))
+    rows = [(e.edge_id, edge_kinds(e), edge_lines(e), fmt_size(e.bytes), decision_text(e),
+             str(e.versions), f"{sum(e.cost.values()):,}", e.reason) for e in plan.edges]
+    lines.append(table(("edge", "ops", "lines", "bytes", "decision", "ver", "cost ns",
+                        "reason"), rows, right=(3, 5, 6)))
     lines.append("")
     prow = [(p.resource, fmt_size(p.peak_bytes), fmt_size(p.capacity), str(p.at_point),
              " + ".join(f"{w} {b:,} B" for w, b in p.holders)) for p in plan.peaks]
@@ -415,21 +425,24 @@ def _html_text(text: str) -> str:
             .replace('"', "&quot;"))
 
 
-def plan_nodes(plan: MaterializationPlan) -> list[tuple[str, str, int]]:
-    """The dataflow graph's nodes as ``(name, op kind, program point)`` in program order:
-    a producer at its value's definition point, a consumer at the edge's last use."""
+def plan_nodes(plan: MaterializationPlan) -> list[tuple[str, str, int, int]]:
+    """The dataflow graph's nodes as ``(name, op kind, program point, source line)`` in
+    program order: a producer at its value's definition point, a consumer at the edge's
+    last use; line 0 when unknown (a block argument)."""
     kind: dict[str, str] = {}
     point: dict[str, int] = {}
+    line: dict[str, int] = {}
     for e in plan.edges:
-        for name, k, at in ((e.producer, e.producer_kind, e.lifetime[0]),
-                            (e.consumer, e.consumer_kind, e.lifetime[1])):
+        for name, k, at, ln in ((e.producer, e.producer_kind, e.lifetime[0], e.lines[0]),
+                                (e.consumer, e.consumer_kind, e.lifetime[1], e.lines[1])):
             if k and not kind.get(name):
                 kind[name] = k
             kind.setdefault(name, "")
             point[name] = min(point.get(name, at), at)
+            line[name] = line.get(name) or ln
     order = {n: i for i, n in enumerate(kind)}
     names = sorted(kind, key=lambda n: (point[n], order[n]))
-    return [(n, kind[n], point[n]) for n in names]
+    return [(n, kind[n], point[n], line[n]) for n in names]
 
 
 def _dot_legend() -> list[str]:
@@ -450,9 +463,11 @@ def plan_to_dot(plan: MaterializationPlan) -> str:
              '  node [shape=box, fontname="monospace", fontsize=10];',
              f"  label={_dot_text(title)};"]
     ids: dict[str, str] = {}
-    for name, kind, _ in plan_nodes(plan):
+    for name, kind, _, line in plan_nodes(plan):
         ids[name] = f"n{len(ids)}"
-        label = _dot_text(name, short_kind(kind)) if kind else _dot_text(name)
+        what = " ".join(x for x in (short_kind(kind) if kind else "",
+                                    f"line {line}" if line else "") if x)
+        label = _dot_text(name, what) if what else _dot_text(name)
         lines.append(f"  {ids[name]} [label={label}];")
     for e in plan.edges:
         parts = [f"{DECISION_LETTERS[e.decision]} {e.decision.value}"]

@@ -20,6 +20,7 @@ from planner.plan.plan_io import (
     DECISION_LETTERS,
     decision_text,
     edge_kinds,
+    edge_lines,
     fmt_ns,
     fmt_size,
     plan_nodes,
@@ -89,8 +90,8 @@ def _header(plan: MaterializationPlan) -> str:
 
 
 def _edge_table(plan: MaterializationPlan) -> str:
-    head = ("edge", "ops", "bytes", "decision", "versions", "lifetime", "cost ns", "cost terms",
-            "reason")
+    head = ("edge", "ops", "lines", "bytes", "decision", "versions", "lifetime", "cost ns",
+            "cost terms", "reason")
     rows = []
     for i, e in enumerate(plan.edges):
         terms = ", ".join(f"{k} {v:,}" for k, v in sorted(e.cost.items()))
@@ -98,7 +99,7 @@ def _edge_table(plan: MaterializationPlan) -> str:
         rows.append(
             f'<tr class="plan-edge" data-edge="e{i}" data-decision="{_e(e.decision.value)}">'
             f"<td class=mono>{_e(e.edge_id)}</td><td>{_e(edge_kinds(e))}</td>"
-            f"<td class=num>{_e(fmt_size(e.bytes))}</td>"
+            f"<td class=num>{_e(edge_lines(e))}</td><td class=num>{_e(fmt_size(e.bytes))}</td>"
             f'<td style="color:{colour}">{_e(DECISION_LETTERS[e.decision])} '
             f"{_e(decision_text(e))}</td><td class=num>{e.versions}</td>"
             f"<td class=num>{e.lifetime[0]}–{e.lifetime[1]}</td>"
@@ -126,7 +127,7 @@ def _dataflow_svg(plan: MaterializationPlan) -> str:
     whose width grows with the distance it spans, coloured by decision."""
     nodes = plan_nodes(plan)
     row, top, box_w, box_x = 34, 30, 190, 10
-    index = {name: i for i, (name, _, _) in enumerate(nodes)}
+    index = {name: i for i, (name, _, _, _) in enumerate(nodes)}
     y_of = [top + i * row for i in range(len(nodes))]
     arc_x0 = box_x + box_w
     max_span = max((abs(index[e.consumer] - index[e.producer]) for e in plan.edges),
@@ -148,15 +149,17 @@ def _dataflow_svg(plan: MaterializationPlan) -> str:
                    f'd="M {arc_x0} {y1} C {arc_x0 + bulge:.1f} {y1}, {arc_x0 + bulge:.1f} {y2}, '
                    f'{arc_x0} {y2}" marker-end="url(#arrow-{e.decision.value})">'
                    f"<title>{_e(e.edge_id)}: {_e(decision_text(e))}</title></path>")
-    for (name, kind, point), y in zip(nodes, y_of, strict=True):
-        out.append(f'<g class="node" data-value="{_e(name)}" data-point="{point}">'
+    for (name, kind, point, line), y in zip(nodes, y_of, strict=True):
+        where = f"line {line} · @{point}" if line else f"@{point}"
+        out.append(f'<g class="node" data-value="{_e(name)}" data-point="{point}" '
+                   f'data-line="{line}">'
                    f'<rect x="{box_x}" y="{y}" width="{box_w}" height="{row - 8}" rx="4" '
                    'fill="#f4f4f4" stroke="#888"/>'
                    f'<text x="{box_x + 6}" y="{y + 17}"><tspan class="value-name" '
                    f'font-weight="bold">{_e(name)}</tspan> <tspan fill="#666">'
                    f"{_e(short_kind(kind))}</tspan></text>"
                    f'<text x="{box_x + box_w - 6}" y="{y + 17}" text-anchor="end" '
-                   f'fill="#999">@{point}</text></g>')
+                   f'fill="#999">{_e(where)}</text></g>')
     defs = "".join(f'<marker id="arrow-{d.value}" viewBox="0 0 10 10" refX="9" refY="5" '
                    f'markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
                    f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{c}"/></marker>'

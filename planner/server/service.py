@@ -52,12 +52,14 @@ from planner.server.workers import (
     WorkerPool,
 )
 from planner.solve import (
+    DEFAULT_MODEL_LIMIT,
     Baseline,
     MaterializationPlan,
     Policy,
     Status,
     compare_plans,
     comparison_to_json,
+    estimate_model_size,
     plan_kernel,
     plan_to_json,
 )
@@ -198,9 +200,15 @@ class PlanJob:
     max_ops: int
     solver_workers: int
     bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    max_model_size: int = DEFAULT_MODEL_LIMIT
 
     def run(self) -> Planned:
         kernel = decode_kernel(self.kernel, self.max_ops, self.bindings, self.bounds)  # verified
+        budget = estimate_model_size(kernel, self.bindings or None, limit=self.max_model_size)
+        if budget.exceeded:  # refused before any model is built
+            raise PlannerError(Diagnostic(
+                f"kernel {kernel.name!r} is too large to plan here: {budget.describe()}",
+                SourceLoc(REQUEST_FILE, 0), rule="model-size"), kind="too-large")
         plan = plan_kernel(kernel, self.target, bindings=self.bindings or None,
                            policy=self.policy, baseline=self.baseline,
                            time_limit_s=self.time_limit_s, workers=self.solver_workers,
@@ -323,7 +331,8 @@ class Service:
                          baseline.value if baseline else None, bounds)
         limit = self.settings.time_limit(time_limit)
         job = PlanJob(kernel, target, dict(bindings), policy, baseline, limit * SOLVER_SHARE,
-                      self.settings.max_graph_ops, self.settings.solver_workers, bounds)
+                      self.settings.max_graph_ops, self.settings.solver_workers, bounds,
+                      self.settings.max_model_size)
         # Plans cut short by the time limit are not kept: a later request may do better.
         return await self.cache.get_or_compute(key, lambda: self.run(job.run, time_limit=limit),
                                                keep=lambda p: p.plan.status != Status.FEASIBLE)

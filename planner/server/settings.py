@@ -27,6 +27,10 @@ class Settings(BaseModel):
         None, description="bearer token required by catalog writes; None disables writes")
     max_body_bytes: int = Field(1 << 20, gt=0, description="largest accepted request body")
     max_graph_ops: int = Field(5000, gt=0, description="largest accepted kernel, in ops")
+    max_model_size: int = Field(
+        1_000_000, gt=0, description="largest planning model, as planner.solve."
+        "estimate_model_size counts it before building (edges, inlining sites, holder-points); "
+        "a larger kernel is answered 413 with the figure and this limit")
     default_time_limit_s: float = Field(10.0, gt=0, description="solver limit when none is asked")
     max_time_limit_s: float = Field(60.0, gt=0, description="cap on a request's time_limit")
     pool_workers: int = Field(2, ge=1, le=256, description="threads that parse, solve and lower")

@@ -97,7 +97,8 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
                 policy: Policy | str = Policy.DEFAULT, baseline: Baseline | str | None = None,
                 time_limit_s: float = 10.0, workers: int = 2,
                 progress: Progress | None = None,
-                bounds: Mapping[str, tuple[int, int]] | None = None) -> MaterializationPlan:
+                bounds: Mapping[str, tuple[int, int]] | None = None,
+                on_phase: Callable[[str, float], None] | None = None) -> MaterializationPlan:
     """Plan every live edge of ``kernel`` on ``target``; see the module docstring.
 
     ``time_limit_s`` bounds the whole call: the proofs, model building and the CP-SAT
@@ -109,7 +110,9 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     calling (:func:`planner.solve.budget.estimate_model_size`).  ``workers`` is CP-SAT's
     number of search workers; ``progress(best, bound, seconds)`` is called on every
     improving solution; ``bounds`` declares inclusive ranges of symbols the proofs range
-    over where no binding fixes them.
+    over where no binding fixes them; ``on_phase(name, seconds)`` is called as each phase
+    ends (``build``, ``proofs``, ``model``, ``solve``, ``evaluate``/``explain``: what
+    :attr:`MaterializationPlan.phases` records), so a caller can show progress live.
     """
     phases: list[tuple[str, float]] = []
     clock = [time.perf_counter()]
@@ -119,6 +122,8 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
         now = time.perf_counter()
         phases.append((name, round(now - clock[0], 4)))
         clock[0] = now
+        if on_phase is not None:
+            on_phase(*phases[-1])
 
     plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
                         progress, bounds, phase, deadline)
@@ -275,7 +280,7 @@ class _Header:
                         layout, versions, sync, e.span, e.stage_distance,
                         dict(ev.edge_terms[i]),
                         edge_reason(p, a, ev, e, restrictions, self.baseline),
-                        v.kind, e.consumer_kind)
+                        v.kind, e.consumer_kind, e.lines)
 
     def _memories(self, a: Assignment) -> tuple[MemoryPlan, ...]:
         return tuple(MemoryPlan(m.name, m.homes[h], m.home_bytes[h],

@@ -9,8 +9,10 @@ arithmetic included.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from planner.catalog import Operation
 from planner.ir import core
@@ -120,7 +122,14 @@ def price_edge(ctx: Context, index: int, key: tuple[str, str, int], value: int) 
                 cd["kind"], int(data["operand"]), int(data["bytes_value"] or 0),
                 span(ctx, u, v, bool(data["loop_carried"])), int(data["stage_distance"]),
                 bool(data["loop_carried"]), tuple(illegal), fused, recompute, (), (),
-                _columns_read(cd["kind"], cd["op"], int(data["operand"])))
+                _columns_read(cd["kind"], cd["op"], int(data["operand"])),
+                lines=(_line(pd), _line(cd)))
+
+
+def _line(node: Mapping[str, Any]) -> int:
+    """The user's source line of a graph node's op (0: a block argument, or unknown)."""
+    op = node.get("op")
+    return op.loc.line if op is not None else 0
 
 
 def price_value(ctx: Context, index: int, node: str, edges: list[Edge], policy: Policy) -> Value:
@@ -224,6 +233,5 @@ def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
         detail = "; ".join(sorted(set(why))) or (
             f"no resource of {ctx.target.name} can be written by {v.scope} for {v.kind}")
         illegal = (*illegal, (MATERIALIZED, f"no admissible resource ({detail})"))
-    return Edge(e.index, e.edge_id, e.value, e.producer, e.consumer, e.consumer_kind,
-                e.operand, e.bytes, e.span, e.stage_distance, e.loop_carried, illegal,
-                e.fused, e.recompute, tuple(reads), tuple(why), e.column_reader)
+    return dataclasses.replace(e, illegal=illegal, reads=tuple(reads),
+                               not_admissible=tuple(why))

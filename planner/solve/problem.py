@@ -228,6 +228,7 @@ class Edge:
     #: (start, end, guard): held there too when the guard holds (a value kept in several
     #: versions is one array over its whole pipeline loop)
     extra: tuple[tuple[int, int, int], ...] = ()
+    lines: tuple[int, int] = (0, 0)  # source lines of the producer and the consumer (0: none)
 
     def legal(self, choice: Decision) -> bool:
         return all(c is not choice for c, _ in self.illegal)

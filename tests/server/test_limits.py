@@ -75,3 +75,34 @@ def test_a_body_that_trickles_in_is_408(tmp_path: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b"application/problem+json" in answer
         assert time.monotonic() - start < 5
+
+
+def test_a_model_over_the_size_limit_is_413_before_it_is_built() -> None:
+    """gemm (6 edges) plans; softmax (10 edges) is over a limit of 100 and refused with its
+    figure; the count of edges in the message matches the plan's edges at a larger limit."""
+    from live_http import live_server
+
+    from planner.ir.examples import list_examples, load_example
+    from planner.ir.printer import print_kernel
+
+    examples = {p.stem: load_example(p) for p in list_examples()}
+
+    def body(name: str) -> dict[str, object]:
+        ex = examples[name]
+        return {"kernel": print_kernel(ex.kernel), "target": "x86-avx2",
+                "bindings": ex.bindings}
+
+    with live_server(Settings(port=0, max_model_size=100, pool_workers=1)) as live, \
+            live.client() as client:
+        ok = client.post("/v1/plan", json=body("gemm"))
+        assert ok.status_code == 200, ok.text
+        refused = client.post("/v1/plan", json=body("softmax"))
+        assert refused.status_code == 413, refused.text
+        problem = refused.json()
+        assert problem["kind"] == "too-large" and problem["rule"] == "model-size"
+        assert "(limit 100)" in problem["detail"] and " 10 edges" in problem["detail"]
+        assert live.service.metrics.server_errors() == 0
+    with live_server(Settings(port=0, pool_workers=1)) as live, \
+            live.client() as client:
+        planned = client.post("/v1/plan", json=body("softmax"))
+        assert planned.status_code == 200 and len(planned.json()["edges"]) == 10

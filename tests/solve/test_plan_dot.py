@@ -43,8 +43,10 @@ def test_dot_ids_are_safe_and_labels_name_the_values(plan: MaterializationPlan) 
     assert len(edges) == len(plan.edges)
     for e, (src, dst, colour) in zip(plan.edges, edges, strict=True):
         assert src in nodes and dst in nodes
-        assert nodes[src] == [e.producer, short_kind(e.producer_kind)]
-        assert nodes[dst] == [e.consumer, short_kind(e.consumer_kind)]
+        for node, name, kind, line in ((src, e.producer, e.producer_kind, e.lines[0]),
+                                       (dst, e.consumer, e.consumer_kind, e.lines[1])):
+            where = f" line {line}" if line else ""
+            assert nodes[node] == [name, short_kind(kind) + where]
         assert colour == COLOURS[e.decision.value]
     assert len({tuple(v) for v in nodes.values()}) == len(nodes)  # one node per value
 
@@ -68,3 +70,19 @@ def test_graphviz_renders_the_value_names(plan: MaterializationPlan) -> None:
     texts = {t.replace("&#45;", "-") for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)}
     for e in plan.edges:
         assert e.producer in texts and e.consumer in texts
+
+
+def test_dot_labels_carry_the_users_source_lines() -> None:
+    """The lines come from the example's own text: where ``e = exp(sh)`` and
+    ``s = reduce_sum(e, axis=1)`` are written in softmax.py."""
+    from planner.ir.examples import list_examples
+
+    path = next(p for p in list_examples() if p.stem == "softmax")
+    text = path.read_text().splitlines()
+    line_of = {k: 1 + next(i for i, t in enumerate(text) if t.strip().startswith(k))
+               for k in ("e = exp(", "s = reduce_sum(")}
+    plan = next(p for p in _plans() if p.kernel == "softmax")
+    edge = next(e for e in plan.edges if e.edge_id == "%e -> %s#0")
+    assert edge.lines == (line_of["e = exp("], line_of["s = reduce_sum("])
+    nodes, _ = parse(plan_to_dot(plan))
+    assert ["%e", f"exp line {line_of['e = exp(']}"] in nodes.values()

@@ -26,3 +26,39 @@ def test_infeasible_plan_reports_the_explanation_phase() -> None:
                        baseline="all-virtual")
     assert plan.status.value == "infeasible"
     assert [n for n, _ in plan.phases][-1] == "explain"
+
+
+def test_phases_are_reported_live_as_they_end() -> None:
+    seen: list[tuple[str, float, float]] = []
+    import time
+
+    def on_phase(name: str, seconds: float) -> None:
+        seen.append((name, seconds, time.perf_counter()))
+
+    start = time.perf_counter()
+    plan = plan_kernel(kernel("softmax"), target("x86-avx2"), bindings("softmax"),
+                       on_phase=on_phase)
+    assert [(n, s) for n, s, _ in seen] == list(plan.phases)
+    # called when each phase ends, not all at once afterwards: the call times advance by
+    # the phase durations (within scheduling noise)
+    for (_, seconds, at), before in zip(seen, [start] + [t for _, _, t in seen], strict=False):
+        assert at - before >= seconds * 0.9 - 0.01
+
+
+def test_the_terminal_status_line_shows_the_running_phase() -> None:
+    import io
+
+    from planner.cli.plan_cmds import LiveStatus
+
+    out = io.StringIO()
+    live = LiveStatus(out)
+    live.phase("build", 0.25)
+    live.phase("proofs", 0.5)
+    live.progress(1200, 1000, 1.5)
+    frames = out.getvalue().split("\r")
+    assert frames[1].strip() == "build…"
+    assert frames[2].strip() == "build 0.25 s · proofs…"
+    assert frames[-1].strip() == ("build 0.25 s · proofs 0.50 s · model… best 1,200 ns, "
+                                  "bound 1,000 ns (1.5 s)")
+    live.clear()
+    assert out.getvalue().endswith("\r")
