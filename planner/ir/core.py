@@ -25,7 +25,7 @@ from planner.errors import UNKNOWN_LOC, SourceLoc
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, Sym
 from planner.ir.layout import Layout
-from planner.ir.types import IRType, MemoryType, StateType, TileType, ViewType
+from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
 _ids = itertools.count()
 
@@ -505,6 +505,64 @@ class MemLoadOp(Op):
         return [TileType(mt.dtype, mt.shape)]
 
 
+@dataclass(eq=False)
+class CopyAsyncOp(Op):
+    """Start copying a window into the whole of ``memory`` (S9, asynchronous copies).
+
+    ``source`` is ``(view,)`` — the window ``offsets`` +: ``shape`` of a view, elements
+    outside it read ``fill`` as ``tile.load`` does — or ``(memory, state)``: the window of
+    another Memory's reaching state.  The window's shape is the destination's.  Results:
+    the destination's next MemoryState, readable only after ``memory.wait`` on the token.
+    """
+
+    SPEC = OpSpec("memory.copy_async",
+                  "start copying the window `offsets` +: `shape` of a view or a Memory state "
+                  "into the memory; results: its next state (readable only after "
+                  "memory.wait), the completion token",
+                  operands=("memory", "state"), variadic="source",
+                  attrs=("offsets", "shape", "fill"), pure=False)
+    memory: Value
+    state: Value
+    source: tuple[Value, ...]
+    offsets: tuple[Expr, ...]
+    shape: tuple[Expr, ...]
+    fill: float = 0.0
+
+    def result_types(self) -> list[IRType]:
+        mt = _memory(self.memory)
+        src = self.source[0].type if self.source else None
+        if isinstance(src, MemoryType):
+            if len(self.source) != 2 or not isinstance(self.source[1].type, StateType):
+                raise TypeError("a Memory source is a memory and one of its states")
+        elif not isinstance(src, ViewType) or len(self.source) != 1:
+            raise TypeError("the source must be a view, or a memory and one of its states")
+        return [StateType(mt.dtype, mt.shape), TokenType(mt.dtype, mt.shape)]
+
+    @property
+    def source_view(self) -> Value | None:
+        """The source view, or None for a Memory source."""
+        return self.source[0] if isinstance(self.source[0].type, ViewType) else None
+
+    @property
+    def new_state(self) -> Value:
+        return self.results[0]
+
+    @property
+    def token(self) -> Value:
+        return self.results[1]
+
+
+@dataclass(eq=False)
+class WaitOp(Op):
+    SPEC = OpSpec("memory.wait", "wait for an asynchronous copy; its state becomes readable",
+                  operands=("token",), pure=False)
+    token: Value
+
+
+#: The async-copy ops, which planning and lowering do not know yet (see planner.ir.graph).
+ASYNC_COPY_OPS: tuple[type[Op], ...] = (CopyAsyncOp, WaitOp)
+
+
 # --------------------------------------------------------------------------- regions
 
 
@@ -546,8 +604,8 @@ class YieldOp(Op):
 
 OP_CLASSES: tuple[type[Op], ...] = (
     LoadOp, StoreOp, FullOp, IotaOp, UnaryOp, BinaryOp, SelectOp, CastOp, BroadcastOp,
-    TransposeOp, SliceOp, ReduceOp, MmaOp, AllocOp, MemStoreOp, MemLoadOp, ParallelOp, LoopOp,
-    YieldOp,
+    TransposeOp, SliceOp, ReduceOp, MmaOp, AllocOp, MemStoreOp, MemLoadOp, CopyAsyncOp, WaitOp,
+    ParallelOp, LoopOp, YieldOp,
 )
 OPS_BY_NAME: dict[str, type[Op]] = {c.SPEC.name: c for c in OP_CLASSES}
 

@@ -191,7 +191,8 @@ def _name_bound_tiles(frame: FrameType | None) -> None:
         frame = frame.f_back
     for f in reversed(frames):
         for name, v in f.f_locals.items():
-            if isinstance(v, Tile) and v.value.name_hint is None and not name.startswith("_"):
+            if (isinstance(v, (Tile, Token)) and v.value.name_hint is None
+                    and not name.startswith("_")):
                 v.value.name_hint = name
 
 
@@ -727,11 +728,89 @@ class Memory:
         self._name_from_caller()
         return _new(core.MemLoadOp(self.value, self.state))
 
+    def copy_async(self, src: SubView | Tile | Memory, fill: float | None = None) -> Token:
+        """Start copying ``src`` into this Memory; returns the completion token.
+
+        ``src`` is a view window (``A(coord(...), shape(...))``, or ``A[coord(...),
+        shape(...)]`` whose load is folded into the copy) or another Memory (its current
+        state, whole).  The window's shape must be this Memory's.  The state it defines
+        is readable only after ``token.wait()`` (S9.async); elements outside the view read
+        ``fill`` (default: the folded load's fill, else 0.0).
+        """
+        mt = self.value.type
+        assert isinstance(mt, MemoryType)
+        t = _tracer()
+        if isinstance(src, Tile):
+            load = src.value.owner
+            frame = _user_frame()
+            bound = frame is not None and any(isinstance(v, Tile) and v.value is src.value
+                                              for v in frame.f_locals.values())
+            if (not isinstance(load, core.LoadOp) or not t.block.ops
+                    or t.block.ops[-1] is not load or bound):
+                raise _user_error(
+                    "copy_async copies a view window or a Memory: pass A(coord(...), "
+                    "shape(...)) or A[coord(...), shape(...)] directly (a computed Tile is "
+                    "written with store)", rule="S9.async")
+            t.block.ops.pop()  # the window load becomes the copy's source
+            view, offsets, extents = load.view, load.offsets, load.shape
+            fill_value = load.fill if fill is None else fill
+            source: tuple[Value, ...] = (view,)
+            src_dtype = load.view.type.dtype  # type: ignore[union-attr]
+        elif isinstance(src, SubView):
+            src.view._check_rank(len(src.offsets))
+            offsets, extents = src.offsets, src.extents
+            fill_value = 0.0 if fill is None else fill
+            source = (src.view.value,)
+            src_dtype = src.view.type.dtype
+        elif isinstance(src, Memory):
+            smt = src.value.type
+            assert isinstance(smt, MemoryType)
+            src._name_from_caller()
+            offsets = tuple(as_expr(0) for _ in smt.shape)
+            extents, fill_value = smt.shape, 0.0 if fill is None else fill
+            source = (src.value, src.state)
+            src_dtype = smt.dtype
+        else:
+            raise _user_error(f"copy_async of {type(src).__name__}: the source is a view "
+                              "window or a Memory", rule="S9.async")
+        if len(extents) != len(mt.shape) or src_dtype != mt.dtype or any(
+                not _same_extent(a, b) for a, b in zip(extents, mt.shape, strict=False)):
+            raise _user_error(
+                f"copy_async of a {src_dtype} window [{', '.join(map(str, extents))}] into "
+                f"{mt}: shape and element type must match the Memory", rule="S10")
+        self._name_from_caller()
+        op = _emit(core.CopyAsyncOp(self.value, self.state, source, tuple(offsets),
+                                    tuple(extents), float(fill_value)))
+        assert isinstance(op, core.CopyAsyncOp)
+        op.new_state.name_hint = self.value.name_hint
+        self.state = op.new_state
+        return Token(op.token)
+
     def __copy__(self) -> Memory:
         raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Memory:
         raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
+
+
+class Token:
+    """The completion token of ``Memory.copy_async``; ``tok.wait()`` makes the copied
+    state readable.  Rebound inside a temporal region (a copy issued for the next
+    iteration) it is carried like a Tile; a token already waited when the region opens
+    is not carried (the body's copy is then a same-iteration one)."""
+
+    __slots__ = ("value", "waited")
+
+    def __init__(self, value: Value) -> None:
+        self.value = value
+        self.waited = False
+
+    def wait(self) -> None:
+        _emit(core.WaitOp(self.value))
+        self.waited = True
+
+    def __bool__(self) -> bool:
+        raise error("a copy token has no Python truth value: call tok.wait()", _user_loc())
 
 
 def _memory(spec: Layout | Shape,
@@ -759,6 +838,8 @@ class _RegionCapture:
         self.op, self.frame = op, frame
         t = _tracer()
         self.before_tiles = self._tile_locals()
+        self.waited_before = {n for n, (h, _) in self.before_tiles.items()
+                              if isinstance(h, Token) and h.waited}
         self.before_states = {id(m): m.state for m in t.memories}
         self.memories_before = list(t.memories)
         t.emit(op)
@@ -770,15 +851,18 @@ class _RegionCapture:
         if self.frame is None:
             return {}
         _name_bound_tiles(self.frame)
-        return {n: (v, v.value) for n, v in self.frame.f_locals.items() if isinstance(v, Tile)}
+        return {n: (v, v.value) for n, v in self.frame.f_locals.items()
+                if isinstance(v, (Tile, Token))}
 
     def close(self) -> None:
         t = _tracer()
         t.blocks.pop()
         t.stage = self.saved_stage
         after = self._tile_locals()
+        # A token waited before the region opened is not carried: a copy issued and
+        # waited inside the body under the same name is a same-iteration copy.
         rebound = [(n, after[n][0], old) for n, (_, old) in self.before_tiles.items()
-                   if n in after and after[n][1] is not old]
+                   if n in after and after[n][1] is not old and n not in self.waited_before]
         changed = [m for m in self.memories_before if m.state is not self.before_states[id(m)]]
         if isinstance(self.op, core.ParallelOp):
             self._close_parallel(rebound, changed)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from planner.errors import Diagnostic, PlannerError
 from planner.ir import core
 from planner.ir.core import Block, Kernel, LoopKind, LoopOp, Op, ParallelOp, Value
 from planner.ir.expr import Expr, product
@@ -66,10 +67,35 @@ def _eval(e: Expr, env: Mapping[str, int] | None) -> int | None:
     return e.evaluate(env)
 
 
+def refuse_unplannable(kernel: Kernel) -> None:
+    """Raise PlannerError (kind ``unsupported``) naming each op planning cannot handle.
+
+    Today these are the asynchronous copies (``memory.copy_async``, ``memory.wait``):
+    the IR, verifier and interpreter know them, planning and lowering do not yet.  Called
+    by :func:`dataflow_graph`, which planning and lowering under a plan both build.
+    """
+    found: dict[str, list[Op]] = {}
+    for op in kernel.walk():
+        if isinstance(op, core.ASYNC_COPY_OPS):
+            found.setdefault(op.SPEC.name, []).append(op)
+    diags = []
+    for name, ops in found.items():
+        more = f" (and {len(ops) - 1} more)" if len(ops) > 1 else ""
+        diags.append(Diagnostic(
+            f"kernel {kernel.name!r} uses {name} at line {ops[0].loc.line}{more}: async-copy "
+            "planning is not built yet, so planning and lowering refuse it (the verifier and "
+            "the reference interpreter support it: `planner check`, `planner interpret`)",
+            ops[0].loc))
+    if diags:
+        raise PlannerError(diags, kind="unsupported")
+
+
 def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
                    ) -> nx.MultiDiGraph:
     """Build the Tile dataflow graph; concrete sizes are filled in when ``bindings`` bind
-    every symbol they need (``elements_value``/``bytes_value`` attributes)."""
+    every symbol they need (``elements_value``/``bytes_value`` attributes).  A kernel with
+    ops planning does not know yet is refused (:func:`refuse_unplannable`)."""
+    refuse_unplannable(kernel)
     g = nx.MultiDiGraph(kernel=kernel.name, allocs=[])
     node_of: dict[int, str] = {}
     counter = [0]

@@ -45,7 +45,12 @@ Memory (S9–S14)
     reference to its memory's storage plus the store count it was defined at; using
     the state of another memory, or an old state after a later store, is an error
     (S15; the verifier rejects such IR).  An empty logical domain (any extent 0) has
-    no address events: no layout arithmetic is evaluated (S14).
+    no address events: no layout arithmetic is evaluated (S14).  ``memory.copy_async``
+    copies its window (the fill outside the source view) when it is issued and defines
+    the next state; ``memory.wait`` is semantically a no-op, but until it runs a read of
+    that memory (or a copy from it) raises S9.async-read, a store or copy into it
+    S9.async-overwrite; a second wait raises S9.async-wait and a copy never waited by the
+    end of the kernel S9.async-unwaited, the verifier's rules checked dynamically.
 
 Tile ops
     Elementwise ops compute in the operand dtype (``f16`` in float16, ``bf16`` in
@@ -279,13 +284,25 @@ class _Mapping:
 class Allocation:
     """The storage of one execution of a ``memory.alloc`` (a Memory value)."""
 
-    __slots__ = ("mapping", "op", "storage", "stores")
+    __slots__ = ("in_flight", "mapping", "op", "storage", "stores")
 
     def __init__(self, op: core.AllocOp, mapping: _Mapping) -> None:
         self.op = op
         self.mapping = mapping
         self.storage = np.full(mapping.size, poison_value(op.dtype), op.dtype.numpy)
         self.stores = 0  # the number of stores so far: the version of the current state
+        self.in_flight: _Token | None = None  # the asynchronous copy not yet waited
+
+
+class _Token:
+    """The completion token of one executed ``memory.copy_async``."""
+
+    __slots__ = ("alloc", "op", "waited")
+
+    def __init__(self, alloc: Allocation, op: core.CopyAsyncOp) -> None:
+        self.alloc = alloc
+        self.op = op
+        self.waited = False
 
 
 class _State:
@@ -317,6 +334,7 @@ class Interpreter:
         self._layout_syms: dict[int, tuple[str, ...]] = {}
         self.vals: dict[Value, object] = {}
         self.env: _Env = {}
+        self.tokens: list[_Token] = []
 
     # ------------------------------------------------------------------ entry
 
@@ -326,6 +344,7 @@ class Interpreter:
         env = bind_symbols(self.kernel, arrays, bindings)
         self.env = dict(env)
         self.vals = {}
+        self.tokens = []
         outputs: dict[str, np.ndarray] = {}
         for name, p, vt in _views(self.kernel):
             arr = np.asarray(arrays[name])
@@ -339,6 +358,11 @@ class Interpreter:
             self.vals[p] = arr
         with np.errstate(all="ignore"):
             self._block(self.kernel.body)
+        for tok in self.tokens:
+            if not tok.waited:
+                raise _fail(tok.op, f"the asynchronous copy into memory {_name(tok.alloc.op)} "
+                                    "is never waited before the kernel ends",
+                            "S9.async-unwaited")
         return outputs
 
     # ------------------------------------------------------------------ helpers
@@ -572,8 +596,10 @@ class Interpreter:
         self.vals[op.memory] = alloc
         self.vals[op.initial_state] = _State(alloc, 0)
 
-    def _state(self, op: core.MemStoreOp | core.MemLoadOp) -> Allocation:
-        alloc, state = self.vals.get(op.memory), self.vals.get(op.state)
+    def _state(self, op: core.MemStoreOp | core.MemLoadOp | core.CopyAsyncOp,
+               memory: Value | None = None, state_value: Value | None = None) -> Allocation:
+        alloc = self.vals.get(op.memory if memory is None else memory)
+        state = self.vals.get(op.state if state_value is None else state_value)
         if not isinstance(alloc, Allocation) or not isinstance(state, _State):
             raise _fail(op, "operands are not a memory and a MemoryState")
         if state.alloc is not alloc:
@@ -586,6 +612,7 @@ class Interpreter:
 
     def _mem_store(self, op: core.MemStoreOp) -> None:
         alloc = self._state(op)
+        _check_not_in_flight(op, alloc)
         tile = self._tile(op.tile, op)
         m = alloc.mapping
         if tile.shape != m.shape or tile.dtype != alloc.storage.dtype:
@@ -598,11 +625,47 @@ class Interpreter:
 
     def _mem_load(self, op: core.MemLoadOp) -> None:
         alloc = self._state(op)
-        m = alloc.mapping
-        if m.offsets is None:
-            self.vals[op.result] = np.empty(m.shape, alloc.storage.dtype)
+        self.vals[op.result] = _snapshot(op, alloc)
+
+    def _copy_async(self, op: core.CopyAsyncOp) -> None:
+        """Copies when issued (the wait is semantically a no-op), but tracks the token so
+        a read, a write or a second wait out of order raises the verifier's rule."""
+        alloc = self._state(op)
+        _check_not_in_flight(op, alloc)
+        if op.source_view is not None:
+            src = self.vals[op.source_view]
+            assert isinstance(src, np.ndarray)
         else:
-            self.vals[op.result] = alloc.storage[m.offsets]  # a gathered copy: a snapshot
+            src_alloc = self._state(op, *op.source)
+            src = _snapshot(op, src_alloc)
+        shp = self._shape(op.shape, op)
+        m = alloc.mapping
+        if shp != m.shape:
+            raise _fail(op, f"copying a window {list(shp)} into memory {_name(alloc.op)} of "
+                            f"shape {list(m.shape)}", "S10")
+        tile = np.full(shp, _convert(op.fill, src.dtype, op, "fill"), alloc.storage.dtype)
+        win = self._window(op, src, shp)  # type: ignore[arg-type]
+        if win is not None:
+            tile[win[1]] = src[win[0]]
+        if m.offsets is not None:
+            alloc.storage[m.offsets] = tile
+        alloc.stores += 1
+        token = _Token(alloc, op)
+        alloc.in_flight = token
+        self.tokens.append(token)
+        self.vals[op.new_state] = _State(alloc, alloc.stores)
+        self.vals[op.token] = token
+
+    def _wait(self, op: core.WaitOp) -> None:
+        token = self.vals.get(op.token)
+        if not isinstance(token, _Token):
+            raise _fail(op, "the operand is not a copy token")
+        if token.waited:
+            raise _fail(op, f"the copy into memory {_name(token.alloc.op)} is waited twice",
+                        "S9.async-wait")
+        token.waited = True
+        if token.alloc.in_flight is token:
+            token.alloc.in_flight = None
 
     # ------------------------------------------------------------------ regions
 
@@ -667,6 +730,8 @@ _HANDLERS: dict[type[Op], Callable[..., None]] = {
     core.AllocOp: Interpreter._alloc,
     core.MemStoreOp: Interpreter._mem_store,
     core.MemLoadOp: Interpreter._mem_load,
+    core.CopyAsyncOp: Interpreter._copy_async,
+    core.WaitOp: Interpreter._wait,
     core.ParallelOp: Interpreter._parallel,
     core.LoopOp: Interpreter._loop,
     core.YieldOp: Interpreter._yield,
@@ -687,6 +752,23 @@ def interpret(kernel: Kernel, arrays: Mapping[str, np.ndarray],
 
 def _fail(op: Op, message: str, rule: str = "") -> PlannerError:
     return error(f"{op.SPEC.name}: {message}", op.loc, rule=rule, kind=_IR)
+
+
+def _snapshot(op: Op, alloc: Allocation) -> np.ndarray:
+    """A dense copy of ``alloc``'s current contents; a copy in flight cannot be read."""
+    if alloc.in_flight is not None:
+        raise _fail(op, f"reads memory {_name(alloc.op)} while an asynchronous copy into it "
+                        "is in flight (before its wait)", "S9.async-read")
+    m = alloc.mapping
+    if m.offsets is None:
+        return np.empty(m.shape, alloc.storage.dtype)
+    return alloc.storage[m.offsets]  # a gathered copy: a snapshot
+
+
+def _check_not_in_flight(op: Op, alloc: Allocation) -> None:
+    if alloc.in_flight is not None:
+        raise _fail(op, f"writes memory {_name(alloc.op)} while an asynchronous copy into it "
+                        "is in flight (before its wait)", "S9.async-overwrite")
 
 
 def _key_error(op: Op, e: KeyError) -> str:

@@ -53,13 +53,13 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, ExprSyntaxError, const, parse_expr
 from planner.ir.layout import Layout, XorSwizzle
 from planner.ir.printer import AttrField, AttrKind, ValueNamer, attr_fields, display_path
-from planner.ir.types import IRType, MemoryType, StateType, TileType, ViewType
+from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
 FORMAT = "planner.tile-ir"
 VERSION = 1
 
 _TYPE_KINDS: dict[str, type] = {"tile": TileType, "view": ViewType, "memory": MemoryType,
-                                "state": StateType}
+                                "state": StateType, "token": TokenType}
 _KIND_OF_TYPE = {cls: kind for kind, cls in _TYPE_KINDS.items()}
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}

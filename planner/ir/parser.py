@@ -42,7 +42,7 @@ from planner.ir.printer import (
     AttrKind,
     attr_fields,
 )
-from planner.ir.types import IRType, MemoryType, StateType, TileType, ViewType
+from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ _BLOCK_LABEL = re.compile(r"\^[A-Za-z0-9_$.\-]+")
 _EXPR_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
                         "_%.+-* \t")
 _TYPE_CLASSES: dict[str, type] = {"tile": TileType, "view": ViewType, "memory": MemoryType,
-                                  "state": StateType}
+                                  "state": StateType, "token": TokenType}
 
 
 def source_excerpt(text: str, line: int, col: int) -> str:
@@ -277,7 +277,7 @@ class _Parser:
         m = self.match(_IDENT)
         if m is None or m.group() not in _TYPE_CLASSES:
             self.pos = start
-            raise self.error(f"expected a type (tile, view, memory or state), found "
+            raise self.error(f"expected a type (tile, view, memory, state or token), found "
                              f"{self.found()}", start)
         self.expect("<")
         shape = self.exprs()

@@ -1,4 +1,4 @@
-"""IR types: tiles, views, memories and MemoryState tokens (S1, S9)."""
+"""IR types: tiles, views, memories, MemoryState tokens and async-copy tokens (S1, S9)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,19 @@ class StateType:
         return f"state<[{dims}], {self.dtype}>"
 
 
-IRType = TileType | ViewType | MemoryType | StateType
+@dataclass(frozen=True, slots=True)
+class TokenType:
+    """The completion token of a ``memory.copy_async`` into a Memory of this element type
+    and shape: the copied state becomes readable after ``memory.wait`` consumes it (S9)."""
 
-__all__ = ["IRType", "MemoryType", "StateType", "TileType", "ViewType"]
+    dtype: DType
+    shape: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        dims = ", ".join(map(str, self.shape))
+        return f"token<[{dims}], {self.dtype}>"
+
+
+IRType = TileType | ViewType | MemoryType | StateType | TokenType
+
+__all__ = ["IRType", "MemoryType", "StateType", "TileType", "TokenType", "ViewType"]

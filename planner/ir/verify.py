@@ -14,7 +14,14 @@ Verification order (each step assumes the previous ones passed for the op):
    (no swapping same-typed states); only the current state of a memory may be used
    (no reuse of an old state after a store); a carried memory yields its current
    state; a store to an ancestor's Memory inside a child ``parallel`` is rejected
-   (an implementation gap, S16) while reads are fine.
+   (an implementation gap, S16) while reads are fine.  An asynchronous copy
+   (``memory.copy_async``) is a store whose state is readable only after ``memory.wait``
+   on its token: reading the memory (or copying from it) before, a second wait, a wait in
+   a loop/parallel body on a token from outside it, a store or copy into a memory whose
+   copy is in flight, and a copy never waited before the kernel, the loop iteration or
+   the parallel instance ends are rejected (S9.async-read, -wait, -overwrite,
+   -unwaited).  A token rebound in a loop is carried: it must be in flight when the loop
+   starts and at every yield (S9.async-carry); the loop's result token is then in flight.
 4. **Definite initialization** (S10) — a load must see a state that is stored on
    every path, including the path where a loop runs zero times.  A kernel is defined
    over its symbols, so a store inside a loop counts only when every axis extent of
@@ -46,7 +53,7 @@ from planner.ir.core import Block, Kernel, LoopOp, Op, ParallelOp, ResourceClass
 from planner.ir.dtypes import DType
 from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym
 from planner.ir.layout import Layout, division_by_zero_message
-from planner.ir.types import MemoryType, StateType, TileType, ViewType
+from planner.ir.types import MemoryType, StateType, TileType, TokenType, ViewType
 
 INT64_MAX = 2**63 - 1
 
@@ -134,6 +141,13 @@ class _Verifier:
         self.uninit_reason: dict[int, str] = {}
         self.mem_depth: dict[int, int] = {}  # memory id -> parallel nesting depth of alloc
         self.alloc_of: dict[int, core.AllocOp] = {}
+        # asynchronous copies (S9.async): token id -> its memory / issuing copy / the
+        # region body it is defined in; the tokens in flight now; where each was waited
+        self.token_mem: dict[int, Value] = {}
+        self.token_copy: dict[int, core.CopyAsyncOp] = {}
+        self.token_region: dict[int, Block] = {}
+        self.pending: dict[int, Value] = {}
+        self.waited_at: dict[int, Op] = {}
 
     def err(self, op: Op | None, rule: str, message: str,
             notes: list[tuple[SourceLoc, str] | None] | None = None) -> None:
@@ -153,6 +167,7 @@ class _Verifier:
             scope.values.add(id(p))
         scope.symbols.update(self.kernel.symbols())
         self.block(self.kernel.body, [scope], parallel_depth=0, current={})
+        self.unwaited(self.kernel.body, "before the kernel ends")
 
     def block(self, block: Block, scopes: list[_Scope], parallel_depth: int,
               current: dict[int, Value]) -> dict[int, Value]:
@@ -306,6 +321,21 @@ class _Verifier:
                 raise TypeError(f"operand must be a memory, got {mt}")
             if (t.dtype, t.shape) != (mt.dtype, mt.shape):
                 self.err(op, "S10", f"{name}: cannot store {t} into {mt}")
+        elif isinstance(op, core.CopyAsyncOp):
+            mt = op.memory.type
+            if not isinstance(mt, MemoryType):
+                raise TypeError(f"operand must be a memory, got {mt}")
+            src = op.source[0].type if op.source else None
+            if isinstance(src, (ViewType, MemoryType)):
+                if len(op.offsets) != len(src.shape) or len(op.shape) != len(src.shape):
+                    self.err(op, "", f"{name}: a window of {len(op.offsets)} offsets and "
+                             f"{len(op.shape)} extents on a rank-{len(src.shape)} source")
+                if (src.dtype, tuple(op.shape)) != (mt.dtype, mt.shape):
+                    self.err(op, "S10", f"{name}: cannot copy a {src.dtype} window "
+                             f"{dims(op.shape)} into {mt}: the window is the whole memory")
+        elif isinstance(op, core.WaitOp):
+            if not isinstance(op.token.type, TokenType):
+                raise TypeError(f"operand must be a copy token, got {op.token.type}")
         elif isinstance(op, LoopOp) and (op.window < 1 or op.interval < 1):
             self.err(op, "S18", f"{name}: window {op.window} and interval {op.interval} "
                                 "must be >= 1")
@@ -340,11 +370,18 @@ class _Verifier:
             self.initialized[id(op.initial_state)] = False
             self.uninit_reason[id(op.initial_state)] = "it is never stored before this read"
             return {**current, id(mem): op.initial_state}
+        if isinstance(op, core.CopyAsyncOp):
+            return self.copy_async(op, parallel_depth, current)
+        if isinstance(op, core.WaitOp):
+            self.wait(op)
+            return current
         if isinstance(op, (core.MemStoreOp, core.MemLoadOp)):
             self.use_state(op, op.memory, op.state, current)
             if isinstance(op, core.MemLoadOp):
                 self.check_initialized(op, op.state)
+                self.check_readable(op, op.memory)
                 return current
+            self.check_not_in_flight(op, op.memory)
             if self.mem_depth.get(id(op.memory), 0) < parallel_depth:
                 self.err(op, "S16", f"store to {self.mem_name(op.memory)}, owned outside this "
                          "parallel region, inside a child parallel: ancestor Memory writes in "
@@ -358,6 +395,8 @@ class _Verifier:
         if isinstance(op, ParallelOp):
             self.block(op.body, [*scopes, _Scope(symbols={a.index.name for a in op.axes})],
                        parallel_depth + 1, dict(current))
+            self.unwaited(op.body, f"before each instance of parallel region {op.label!r} "
+                          "ends")
             return current
         if isinstance(op, LoopOp):
             return self.loop(op, scopes, parallel_depth, current)
@@ -365,6 +404,144 @@ class _Verifier:
 
     def mem_name(self, mem: Value) -> str:
         return f"memory {value_name(mem)}"
+
+    # ------------------------------------------------------------------ async copies
+
+    def in_flight(self, mem: Value) -> int | None:
+        """The id of the token of ``mem``'s copy in flight, or None."""
+        return next((t for t, m in self.pending.items() if m is mem), None)
+
+    def copy_note(self, token_id: int) -> tuple[SourceLoc, str] | None:
+        copy = self.token_copy.get(token_id)
+        return (copy.loc, "the asynchronous copy is issued here") if copy is not None else None
+
+    def check_readable(self, op: Op, mem: Value) -> None:
+        tok = self.in_flight(mem)
+        if tok is not None:
+            self.err(op, "S9.async-read", f"{op.SPEC.name} reads {self.mem_name(mem)} while an "
+                     "asynchronous copy into it is in flight: wait on its token first",
+                     [self.copy_note(tok)])
+
+    def check_not_in_flight(self, op: Op, mem: Value) -> None:
+        tok = self.in_flight(mem)
+        if tok is not None:
+            self.err(op, "S9.async-overwrite", f"{op.SPEC.name} writes {self.mem_name(mem)} "
+                     "while an asynchronous copy into it is still in flight: wait on its "
+                     "token before storing or copying into it again", [self.copy_note(tok)])
+
+    def copy_async(self, op: core.CopyAsyncOp, parallel_depth: int,
+                   current: dict[int, Value]) -> dict[int, Value]:
+        mem = op.memory
+        if not isinstance(mem.type, MemoryType) or len(op.results) != 2:
+            return current  # op shape reports it
+        self.use_state(op, mem, op.state, current)
+        if len(op.source) == 2 and isinstance(op.source[0].type, MemoryType):
+            src_mem, src_state = op.source
+            self.use_state(op, src_mem, src_state, current)
+            self.check_initialized(op, src_state)
+            self.check_readable(op, src_mem)
+        self.check_not_in_flight(op, mem)
+        if self.mem_depth.get(id(mem), 0) < parallel_depth:
+            self.err(op, "S16", f"asynchronous copy into {self.mem_name(mem)}, owned outside "
+                     "this parallel region, inside a child parallel: ancestor Memory writes "
+                     "in child parallel scopes are not supported yet; reads are fine",
+                     [(self.alloc_of[id(mem)].loc, "the memory is declared here")
+                      if id(mem) in self.alloc_of else None])
+        state, token = op.new_state, op.token
+        self.state_memory[id(state)] = mem
+        self.initialized[id(state)] = True
+        self.token_mem[id(token)] = mem
+        self.token_copy[id(token)] = op
+        self.token_region[id(token)] = _region_body(op)
+        self.pending[id(token)] = mem
+        return {**current, id(mem): state}
+
+    def wait(self, op: core.WaitOp) -> None:
+        tok = op.token
+        if not isinstance(tok.type, TokenType):
+            return  # op shape reports it
+        t = id(tok)
+        if t in self.waited_at:
+            self.err(op, "S9.async-wait", f"{value_name(tok)} is waited twice: a copy token "
+                     "is consumed by its one wait",
+                     [(self.waited_at[t].loc, "the first wait is here")])
+            return
+        if t not in self.pending:
+            self.err(op, "S9.async-wait", f"{value_name(tok)} is not in flight here (it was "
+                     "carried out of a loop or waited on another path)", [self.copy_note(t)])
+            return
+        region = _region_body(op)
+        if self.token_region.get(t) is not region and isinstance(region.parent, LoopOp):
+            self.err(op, "S9.async-wait", f"{value_name(tok)}, issued outside loop "
+                     f"{region.parent.label!r}, is waited inside it, which would wait once "
+                     "per iteration: wait before the loop, or carry the token (rebind it in "
+                     "the loop, issuing the next copy)", [self.copy_note(t)])
+            return
+        if self.token_region.get(t) is not region and isinstance(region.parent, ParallelOp):
+            self.err(op, "S9.async-wait", f"{value_name(tok)}, issued outside parallel region "
+                     f"{region.parent.label!r}, is waited by each of its instances: wait "
+                     "before the region", [self.copy_note(t)])
+            return
+        del self.pending[t]
+        self.waited_at[t] = op
+
+    def unwaited(self, body: Block, when: str, keep: frozenset[int] = frozenset()) -> None:
+        """Report (S9.async-unwaited) and drop each token defined in ``body`` still in
+        flight, except the ``keep`` ones (carried to the next iteration)."""
+        for t in [t for t in self.pending if self.token_region.get(t) is body and t not in keep]:
+            copy = self.token_copy.get(t)
+            self.err(copy, "S9.async-unwaited", f"asynchronous copy into "
+                     f"{self.mem_name(self.pending[t])} is never waited {when}: wait on its "
+                     "token (tok.wait()) before then")
+            del self.pending[t]
+
+    def carry_tokens_in(self, op: LoopOp) -> list[int]:
+        """Move the carried tokens into the body; the indices of the token slots."""
+        slots = []
+        for i, (arg, init) in enumerate(zip(op.body.args, op.inits, strict=True)):
+            if not isinstance(init.type, TokenType):
+                continue
+            slots.append(i)
+            t = id(init)
+            if t not in self.pending:
+                self.err(op, "S9.async-carry", f"loop {op.label!r} carries {value_name(init)}, "
+                         "which is not in flight when the loop starts: a carried token must "
+                         "be in flight at the start and at the end of every iteration",
+                         [self.copy_note(t)])
+                continue
+            mem = self.pending.pop(t)
+            self.token_mem[id(arg)] = mem
+            self.token_copy[id(arg)] = self.token_copy[t]
+            self.token_region[id(arg)] = op.body
+            self.pending[id(arg)] = mem
+        return slots
+
+    def carry_tokens_out(self, op: LoopOp, term: core.YieldOp, slots: list[int]) -> None:
+        """Check the yielded tokens are in flight, then move them to the loop's results."""
+        body_tokens = {id(term.values[i]) for i in slots}
+        self.unwaited(op.body, f"before the iteration of loop {op.label!r} ends",
+                      keep=frozenset(body_tokens))
+        for i in slots:
+            y, arg, res = term.values[i], op.body.args[i], op.results[i]
+            t = id(y)
+            if t not in self.pending:
+                self.err(term, "S9.async-carry", f"loop {op.label!r} carries the token of "
+                         f"{value_name(arg)} but {value_name(y)} is not in flight at the end of "
+                         "the iteration: issue the next copy under the carried name",
+                         [self.copy_note(t)])
+                if id(arg) in self.token_mem:  # the result stands for the carried copy
+                    self.pending[id(res)] = self.token_mem[id(res)] = self.token_mem[id(arg)]
+                    self.token_region[id(res)] = _region_body(op)
+                continue
+            mem = self.pending.pop(t)
+            if self.token_mem.get(id(arg)) not in (None, mem):
+                self.err(term, "S9.async-carry", f"loop {op.label!r} yields a token of "
+                         f"{self.mem_name(mem)} in the slot of a token of "
+                         f"{self.mem_name(self.token_mem[id(arg)])}")
+            self.token_mem[id(res)] = mem
+            self.token_copy[id(res)] = self.token_copy[t]
+            self.token_region[id(res)] = _region_body(op)
+            self.pending[id(res)] = mem
 
     def use_state(self, op: Op, mem: Value, state: Value, current: dict[int, Value]) -> None:
         owner_mem = self.state_memory.get(id(state))
@@ -407,12 +584,15 @@ class _Verifier:
                 inner[id(mem)] = arg
                 carried_mems.append((i, mem))
         symbols = {a.index.name for a in op.axes}
+        token_slots = self.carry_tokens_in(op)
         after = self.block(body, [*scopes, _Scope(symbols=symbols)], parallel_depth, inner)
         term = body.ops[-1] if body.ops else None
         if not isinstance(term, core.YieldOp) or len(term.values) != len(args):
             self.err(op, "", f"{op.SPEC.name} {op.label}: the body must end with a yield of "
                              f"{len(args)} values")
+            self.unwaited(body, f"before the iteration of loop {op.label!r} ends")
             return current
+        self.carry_tokens_out(op, term, token_slots)
         if any(v.type != a.type for v, a in zip(term.values, args, strict=True)):
             self.err(term, "", "region.yield: yielded types do not match the carried types")
         for mem_id, state in after.items():
@@ -718,7 +898,17 @@ def _zero_trip_reason(op: LoopOp, bounds: Mapping[str, Interval]) -> str | None:
 def _has_uses(alloc: core.AllocOp, kernel: Kernel) -> bool:
     mem = alloc.memory
     return any(mem in op.operands() for op in kernel.walk()
-               if isinstance(op, (core.MemStoreOp, core.MemLoadOp)))
+               if isinstance(op, (core.MemStoreOp, core.MemLoadOp, core.CopyAsyncOp)))
+
+
+def _region_body(op: Op) -> Block:
+    """The body of the innermost loop or parallel region around ``op`` (else the kernel's)."""
+    block = op.parent
+    assert block is not None
+    while block.parent is not None and not isinstance(block.parent, (LoopOp, ParallelOp)):
+        assert block.parent.parent is not None
+        block = block.parent.parent
+    return block
 
 
 def remove_unused_empty_allocs(kernel: Kernel, bindings: Mapping[str, int] | None = None

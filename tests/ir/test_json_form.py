@@ -180,7 +180,7 @@ def _del(path: str, key: str) -> Callable[[dict[str, Any]], None]:
      "tile<[32, 16], f32>"),
     (_set(f"{LOAD}.results[0].type", "kind", "tensor"),
      f"{LOAD}.results[0].type.kind: unknown type kind 'tensor' (expected one of: tile, view, "
-     "memory, state)"),
+     "memory, state, token)"),
     (_set(f"{LOAD}.results[0].type", "readonly", True),
      f"{LOAD}.results[0].type.readonly: only views have 'readonly'"),
     (_set(LOAD, "results", []), f"{LOAD}.results: tile.load produces 1 result(s), 0 declared"),

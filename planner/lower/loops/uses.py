@@ -11,7 +11,7 @@ from __future__ import annotations
 from planner.errors import error
 from planner.ir import core
 from planner.ir.core import Block, Kernel, Op, ParallelOp, Value
-from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names
+from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names, refuse_unplannable
 from planner.ir.printer import Printer, PrintOptions, ValueNamer
 from planner.ir.types import TileType, ViewType
 from planner.plan.decisions import (
@@ -88,6 +88,7 @@ class PlannedUses:
     (fused) or re-derives its chain (recomputed)."""
 
     def __init__(self, kernel: Kernel, plan: MaterializationPlan | None) -> None:
+        refuse_unplannable(kernel)  # ops no plan can cover yet, also without a plan
         self.kernel = kernel
         self.plan = plan
         namer = ValueNamer()

@@ -232,7 +232,7 @@
 // -----
 
 "tile.kernel"() <{sym_name = "k"}> ({
-  // expected-error @+1 {{expected a type (tile, view, memory or state), found 'tensor'}}
+  // expected-error @+1 {{expected a type (tile, view, memory, state or token), found 'tensor'}}
   %t = "tile.full"() <{shape = [2], dtype = f32, value = 0.0}> : () -> (tensor<[2], f32>)
 }) : () -> ()
 
