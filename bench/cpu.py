@@ -5,14 +5,16 @@ Run from the repository root::
     python bench/cpu.py            # everything (a few minutes)
     python bench/cpu.py --quick    # fewer sizes and repetitions
 
-Three tables:
+Four tables:
 
 1. GEMM (the ordinary ``make_gemm`` and the seed's ``make_manual_gemm`` with large,
    CPU-sized tiles) at n = 256 … 2048: GFLOP/s and the ratio to numpy's matmul in the
    same process, on 1 and 2 threads (numpy's BLAS limited to the same count).
 2. Row softmax and layernorm on 4096×4096, GELU-tanh on 16M elements and the attention
    example: time and speed-up over a plain numpy implementation.
-3. Every example under its optimal plan and each feasible baseline: the planner's
+3. Edge tiles: per-element time of GEMM 300×200×130, softmax 37×1000 and attention
+   100×77 over that of the nearest tile-multiple size (``--only edges``).
+4. Every example under its optimal plan and each feasible baseline: the planner's
    predicted time (the plan objective) and rank against the measured time and rank.
 
 The machine is shared and noisy: variants are interleaved and the median of several
@@ -233,6 +235,65 @@ def bench_elementwise(quick: bool, reps: int) -> str:
     return table(("kernel", "threads", "ms", "numpy ms", "speed-up", "max |err|"), rows)
 
 
+# --------------------------------------------------------------------------- edge tiles
+
+
+def edge_cases() -> list[tuple[str, Callable[[tuple[int, ...]], tuple[object, dict[str, int],
+                                                                       dict[str, np.ndarray],
+                                                                       int]],
+                               tuple[int, ...], tuple[int, ...]]]:
+    """(kernel, builder of (kernel, bindings, arrays, elements) for a size, awkward size,
+    nearest tile-multiple size): the sizes of issue 13's edge-tile target."""
+    rng = np.random.default_rng(2)
+
+    def arr(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def gemm_case(s: tuple[int, ...]):
+        m, n, k = s
+        return (gemm.make_gemm(gemm.GemmConfig(128, 128, 256, 2)), {"M": m, "N": n, "K": k},
+                {"A": arr(m, k), "B": arr(k, n), "C": np.empty((m, n), np.float32)}, m * n * k)
+
+    def softmax_case(s: tuple[int, ...]):
+        m, n = s
+        return (softmax.make_softmax(softmax.SoftmaxConfig(block_m=4)), {"M": m, "N": n},
+                {"X": arr(m, n), "Y": np.empty((m, n), np.float32)}, m * n)
+
+    def attention_case(s: tuple[int, ...]):
+        L, S = s
+        return (attention.make_attention(attention.AttentionConfig(64, 64, 2)),
+                {"L": L, "S": S, "D": 64},
+                {"Q": arr(L, 64), "K": arr(S, 64), "V": arr(S, 64),
+                 "O": np.empty((L, 64), np.float32)}, L * S)
+
+    return [("gemm 128x128x256 tiles (per M*N*K)", gemm_case, (300, 200, 130), (256, 256, 256)),
+            ("softmax block_m=4 (per M*N)", softmax_case, (37, 1000), (36, 1000)),
+            ("attention 64x64 tiles, D=64 (per L*S)", attention_case, (100, 77), (128, 64))]
+
+
+def bench_edges(reps: int) -> str:
+    """Per-element time of the awkward size over that of the nearest tile-multiple size
+    (1.00: the edge tiles cost what they compute), both sizes interleaved."""
+    rows = []
+    for name, build, odd, near in edge_cases():
+        variants: dict[str, Callable[[], object]] = {}
+        elems = {}
+        for tag, size in (("odd", odd), ("near", near)):
+            kernel, bindings, arrays, n = build(size)
+            ck = compile_kernel(kernel, plan_kernel(kernel, TARGET, bindings), TARGET)
+            elems[tag] = n
+            for th in THREADS:
+                variants[f"{tag} {th}t"] = (lambda ck=ck, th=th, arrays=arrays:
+                                            ck(dict(arrays), threads=th))
+        t = medians(variants, reps)
+        for th in THREADS:
+            po, pn = t[f"odd {th}t"] / elems["odd"], t[f"near {th}t"] / elems["near"]
+            rows.append((name, "x".join(map(str, odd)), "x".join(map(str, near)), th,
+                         f"{po * 1e9:.3f}", f"{pn * 1e9:.3f}", f"{po / pn:.2f}"))
+    return table(("kernel", "size", "tile multiple", "threads", "ns/elem", "ns/elem (multiple)",
+                  "ratio"), rows)
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -294,14 +355,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer reps")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per variant")
-    parser.add_argument("--only", choices=("gemm", "elementwise", "plans"), action="append")
+    parser.add_argument("--only", choices=("gemm", "elementwise", "edges", "plans"),
+                        action="append")
     parser.add_argument("--wait-quiet", type=float, default=5.0, metavar="S",
                         help="before each round wait up to S s for a >= 90%% idle machine")
     args = parser.parse_args()
     global QUIET_S
     QUIET_S = args.wait_quiet
     reps = args.reps or (3 if args.quick else 7)
-    only = set(args.only or ("gemm", "elementwise", "plans"))
+    only = set(args.only or ("gemm", "elementwise", "edges", "plans"))
     spec = host_target()
     blas = [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
             for i in threadpool_info()]
@@ -316,6 +378,9 @@ def main() -> None:
     if "elementwise" in only:
         print("Elementwise, reductions, attention (vs plain numpy, 1 numpy thread)\n"
               + bench_elementwise(args.quick, reps) + "\n")
+    if "edges" in only:
+        print("Edge tiles: per-element time at an awkward size vs the nearest tile multiple\n"
+              + bench_edges(max(reps, 9)) + "\n")
     if "plans" in only:
         print("Optimal plan vs baselines: predicted (plan objective) vs measured\n"
               + bench_plans(args.quick, reps))

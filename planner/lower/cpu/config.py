@@ -9,7 +9,9 @@ from planner.catalog import Target
 from planner.errors import error
 from planner.lower.cpu.gemm import GemmConfig
 
-__all__ = ["CodegenConfig"]
+__all__ = ["MMA_WORK_SYMBOL", "CodegenConfig"]
+
+MMA_WORK_SYMBOL = "planner.mma_work"
 
 _KIND = "lowering"
 
@@ -28,6 +30,9 @@ class CodegenConfig:
     small_mma: int = 32 * 32 * 32  # m*n*k up to which mma uses the small kernel
     reduce_unroll: int = 4  # independent accumulators of a vectorized reduction
     gemm: GemmConfig | None = None  # None: GemmConfig.for_figures(vector_width, registers)
+    #: count the multiply-adds every mma runs in a module global (``MMA_WORK_SYMBOL``,
+    #: read by ``CompiledKernel.mma_work``): what tests use to bound edge-tile work
+    count_work: bool = False
 
     @classmethod
     def for_target(cls, target: Target) -> CodegenConfig:

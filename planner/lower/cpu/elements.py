@@ -15,7 +15,7 @@ from planner.lower.cpu.builder import _mem_type, _reg_type, _vec
 from planner.lower.cpu.context import _Lanes
 from planner.lower.cpu.llvm_helpers import I1
 from planner.lower.cpu.memory import _Memory
-from planner.lower.cpu.vecmath import emit_exp, emit_log, emit_tanh
+from planner.lower.cpu.vecmath import emit_exp, emit_log, emit_one_plus_tanh, emit_tanh
 from planner.lower.loops import program as lp
 
 _KIND = "lowering"
@@ -78,6 +78,9 @@ class _Elements(_Memory):
         return fn(self, x)
 
     def _binary(self, e: lp.Binary, lanes: _Lanes) -> ir.Value:
+        u = _one_plus_tanh_arg(e)
+        if u is not None:  # 1 + tanh(u) as 2·sigmoid(2u): one exp, no cancellation
+            return emit_one_plus_tanh(self.b, self.elem(u, lanes))
         a, c = self.elem(e.a, lanes), self.elem(e.b, lanes)
         fn = _BINARY.get((e.fn, e.a.dtype))
         if fn is None:
@@ -177,6 +180,17 @@ _BINARY: dict[tuple[BinaryFn, DType], Callable[[_Elements, ir.Value, ir.Value], 
     (BinaryFn.GE, DType.BOOL): _icmp(">=", signed=False),
     (BinaryFn.EQ, DType.BOOL): _icmp("==", signed=False),
 }
+
+
+def _one_plus_tanh_arg(e: lp.Binary) -> lp.Elem | None:
+    """``u`` when ``e`` is ``1 + tanh(u)`` or ``tanh(u) + 1`` on f32; else None."""
+    if e.fn is not BinaryFn.ADD or e.dtype is not DType.F32:
+        return None
+    for one, t in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(one, lp.Lit) and one.value == 1.0 and isinstance(t, lp.Unary) \
+                and t.fn is UnaryFn.TANH and t.dtype is DType.F32:
+            return t.x
+    return None
 
 
 def _rsqrt(fn: _Elements, x: ir.Value) -> ir.Value:

@@ -60,9 +60,9 @@ B → ``ic`` (MC rows) → pack an MC×KC block of A → ``jr`` (NR columns) →
   (KC·NR·4 = 16 KiB) stays in L1, the A block (MC·KC·4 ≈ 144 KiB) in L2 and the B panel
   in L3, whatever the strides are (a column-major B sliver is packed with VW×VW
   in-register transposes, a row-major A sliver with MR-row transposes). Packing zero-pads
-  the edges, so the micro-kernel always
-  computes a full tile and only the store to C is masked (a scalar edge path through a
-  stack tile).
+  the edges, so the micro-kernel computes a full tile (a half-width or half-height one,
+  NR/2 columns or MR/2 rows, for a last sliver that fits in it) and only the store to C
+  is masked (a scalar edge path through a stack tile).
 * **Blocking** (AVX2): MR=6, NR=16, KC=256, MC=144, NC=4080 (BLIS's Zen 3 choice:
   KC·NR fits L1 with room for A, MC·KC fits half of the 512 KiB L2). AVX-512: MR=8,
   NR=32, KC=384, MC=192, NC=4096.
@@ -228,7 +228,11 @@ def _vstore(b: ir.IRBuilder, v: ir.Value, p: ir.Value, align: int) -> None:
 
 
 def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
-    """``ukr(kc, Ap, Bp, C, ldc, mr, nr, loadc)``: C[:mr,:nr] (+)= Ap-sliver @ Bp-sliver."""
+    """``ukr(kc, Ap, Bp, C, ldc, mr, nr, loadc)``: C[:mr,:nr] (+)= Ap-sliver @ Bp-sliver.
+
+    A sliver whose valid columns fit in half of NR, or rows in half of MR (the last one
+    of an edge panel), runs a half-width or half-height register tile: about the FMAs
+    its elements need, not a full tile's."""
     mr_, nr_, vw = cfg.mr, cfg.nr, cfg.vw
     nv = nr_ // vw
     vty = ir.VectorType(F32, vw)
@@ -240,74 +244,101 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     fma = declare_intrinsic(module, "llvm.fma", [vty], vty, [vty, vty, vty])
 
     entry = fn.append_basic_block("entry")
-    hdr = fn.append_basic_block("k.hdr")
-    body = fn.append_basic_block("k.body")
-    done_k = fn.append_basic_block("k.end")
+    ret = fn.append_basic_block("ret")
     b = ir.IRBuilder(entry)
     tile = b.alloca(ir.ArrayType(F32, mr_ * nr_), name="tile")
     tile.align = 64
     zero = ir.Constant(vty, 0.0)
-    b.branch(hdr)
 
-    b.position_at_end(hdr)
-    k = b.phi(I64, name="k")
-    k.add_incoming(c64(0), entry)
-    accs = [[b.phi(vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr_)]
-    for row in accs:
-        for a in row:
-            a.add_incoming(zero, entry)
-    b.cbranch(b.icmp_signed("<", k, kc), body, done_k)
+    def path(nrows: int, nvec: int, tag: str) -> ir.Block:
+        """The register tile of ``nrows × nvec·vw``, from its own first block."""
+        width = nvec * vw
+        first = fn.append_basic_block(f"{tag}.start")
+        hdr = fn.append_basic_block(f"{tag}.k.hdr")
+        body = fn.append_basic_block(f"{tag}.k.body")
+        done_k = fn.append_basic_block(f"{tag}.k.end")
+        b.position_at_end(first)
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        k = b.phi(I64, name="k")
+        k.add_incoming(c64(0), first)
+        accs = [[b.phi(vty, name=f"acc{r}_{v}") for v in range(nvec)] for r in range(nrows)]
+        for row in accs:
+            for a in row:
+                a.add_incoming(zero, first)
+        b.cbranch(b.icmp_signed("<", k, kc), body, done_k)
 
-    b.position_at_end(body)
-    bk = _gep(b, bp, b.mul(k, c64(nr_), flags=["nsw"]))
-    bv = [_vload(b, _gep(b, bk, v * vw), vty, min(64, vw * 4)) for v in range(nv)]
-    ak = _gep(b, ap, b.mul(k, c64(mr_), flags=["nsw"]))
-    for r in range(mr_):
-        a_s = splat(b, b.load(_gep(b, ak, r), align=4), vw)
-        for v in range(nv):
-            accs[r][v].add_incoming(b.call(fma, [a_s, bv[v], accs[r][v]]), body)
-    k.add_incoming(b.add(k, c64(1), flags=["nsw"]), body)
-    b.branch(hdr)
+        b.position_at_end(body)
+        bk = _gep(b, bp, b.mul(k, c64(nr_), flags=["nsw"]))
+        bv = [_vload(b, _gep(b, bk, v * vw), vty, min(64, vw * 4)) for v in range(nvec)]
+        ak = _gep(b, ap, b.mul(k, c64(mr_), flags=["nsw"]))
+        for r in range(nrows):
+            a_s = splat(b, b.load(_gep(b, ak, r), align=4), vw)
+            for v in range(nvec):
+                accs[r][v].add_incoming(b.call(fma, [a_s, bv[v], accs[r][v]]), body)
+        k.add_incoming(b.add(k, c64(1), flags=["nsw"]), body)
+        b.branch(hdr)
 
-    b.position_at_end(done_k)
-    full = b.and_(b.icmp_signed("==", mr, c64(mr_)), b.icmp_signed("==", nr, c64(nr_)))
-    fullblk = fn.append_basic_block("full")
-    edgeblk = fn.append_basic_block("edge")
-    ret = fn.append_basic_block("ret")
-    b.cbranch(full, fullblk, edgeblk)
+        b.position_at_end(done_k)
+        full = b.and_(b.icmp_signed("==", mr, c64(nrows)),
+                      b.icmp_signed("==", nr, c64(width)))
+        fullblk = fn.append_basic_block(f"{tag}.full")
+        edgeblk = fn.append_basic_block(f"{tag}.edge")
+        b.cbranch(full, fullblk, edgeblk)
 
-    # Full tile: vector stores, adding the old C first when loadc.
-    b.position_at_end(fullblk)
-    full_add = fn.append_basic_block("full.add")
-    full_set = fn.append_basic_block("full.set")
-    b.cbranch(loadc, full_add, full_set)
-    for blk, add in ((full_add, True), (full_set, False)):
-        b.position_at_end(blk)
-        for r in range(mr_):
-            crow = _gep(b, c, b.mul(c64(r), ldc))
-            for v in range(nv):
-                p = _gep(b, crow, v * vw)
-                val = accs[r][v]
-                if add:
-                    val = b.fadd(val, _vload(b, p, vty, 4))
-                _vstore(b, val, p, 4)
+        # Full tile: vector stores, adding the old C first when loadc.
+        b.position_at_end(fullblk)
+        full_add = fn.append_basic_block(f"{tag}.full.add")
+        full_set = fn.append_basic_block(f"{tag}.full.set")
+        b.cbranch(loadc, full_add, full_set)
+        for blk, add in ((full_add, True), (full_set, False)):
+            b.position_at_end(blk)
+            for r in range(nrows):
+                crow = _gep(b, c, b.mul(c64(r), ldc))
+                for v in range(nvec):
+                    p = _gep(b, crow, v * vw)
+                    val = accs[r][v]
+                    if add:
+                        val = b.fadd(val, _vload(b, p, vty, 4))
+                    _vstore(b, val, p, 4)
+            b.branch(ret)
+
+        # Edge tile: spill to the stack tile, then copy the valid mr×nr corner.
+        b.position_at_end(edgeblk)
+        tp = b.bitcast(tile, F32P)
+        for r in range(nrows):
+            for v in range(nvec):
+                _vstore(b, accs[r][v], _gep(b, tp, r * nr_ + v * vw), min(64, vw * 4))
+        with loop(b, c64(0), mr, 1, "er") as r:
+            crow = _gep(b, c, b.mul(r, ldc))
+            trow = _gep(b, tp, b.mul(r, c64(nr_)))
+            with loop(b, c64(0), nr, 1, "ec") as j:
+                t = b.load(_gep(b, trow, j), align=4)
+                pc_ = _gep(b, crow, j)
+                old = b.load(pc_, align=4)
+                b.store(b.select(loadc, b.fadd(t, old), t), pc_, align=4)
         b.branch(ret)
+        return first
 
-    # Edge tile: spill to the stack tile, then copy the valid mr×nr corner.
-    b.position_at_end(edgeblk)
-    tp = b.bitcast(tile, F32P)
-    for r in range(mr_):
-        for v in range(nv):
-            _vstore(b, accs[r][v], _gep(b, tp, r * nr_ + v * vw), min(64, vw * 4))
-    with loop(b, c64(0), mr, 1, "er") as r:
-        crow = _gep(b, c, b.mul(r, ldc))
-        trow = _gep(b, tp, b.mul(r, c64(nr_)))
-        with loop(b, c64(0), nr, 1, "ec") as j:
-            t = b.load(_gep(b, trow, j), align=4)
-            pc_ = _gep(b, crow, j)
-            old = b.load(pc_, align=4)
-            b.store(b.select(loadc, b.fadd(t, old), t), pc_, align=4)
-    b.branch(ret)
+    rows = (mr_, mr_ // 2) if mr_ >= 2 else (mr_,)
+    cols = (nv, nv // 2) if nv >= 2 else (nv,)
+    firsts = {(r, v): path(r, v, f"t{r}x{v}") for r in rows for v in cols}
+
+    def pick(r: int, blk_cols: tuple[int, ...]) -> ir.Block:
+        if len(blk_cols) == 1:
+            return firsts[r, blk_cols[0]]
+        sel = fn.append_basic_block(f"pick{r}")
+        b.position_at_end(sel)
+        b.cbranch(b.icmp_signed("<=", nr, c64(blk_cols[1] * vw)), firsts[r, blk_cols[1]],
+                  firsts[r, blk_cols[0]])
+        return sel
+
+    by_rows = [pick(r, cols) for r in rows]
+    b.position_at_end(entry)
+    if len(rows) == 1:
+        b.branch(by_rows[0])
+    else:
+        b.cbranch(b.icmp_signed("<=", mr, c64(rows[1])), by_rows[1], by_rows[0])
 
     b.position_at_end(ret)
     b.ret_void()

@@ -10,6 +10,7 @@ import llvmlite.ir as ir
 
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, Sym, add
+from planner.lower.cpu.config import MMA_WORK_SYMBOL
 from planner.lower.cpu.gemm import emit_scratch_floats
 from planner.lower.cpu.llvm_helpers import F32P, I8P, I32, I64, c64, declare_function
 from planner.lower.cpu.nests import _Nests
@@ -20,23 +21,46 @@ class _Mma(_Nests):
     """Emits the mma statements of a segment function."""
 
     def mma(self, s: lp.Mma) -> None:
+        """``c (+)= a @ b`` on the part of the tile that the operands define.
+
+        An edge tile runs remainder-sized work: a view operand whose fill is 0 and whose
+        window starts inside the view is read in place and clamps the product to the
+        rows/columns it holds (m and k for ``a``, k and n for ``b``; beyond them its
+        elements are 0 and add nothing). Elements of ``c`` outside the clamped block are
+        what the full product gives them: kept when accumulating, zeroed otherwise."""
         m, n, k = self.expr(s.m), self.expr(s.n), self.expr(s.k)
         c_ptr, ldc, _ = self.mma_buffer(s.c)
-        a_ptr, rsa, csa = self.mma_operand(s.a)
-        b_ptr, rsb, csb = self.mma_operand(s.b)
+        a_ptr, rsa, csa, a_rows, a_cols = self.mma_operand(s.a, m, k)
+        b_ptr, rsb, csb, b_rows, b_cols = self.mma_operand(s.b, k, n)
         b = self.b
+        me, ke, ne = _smin(b, m, a_rows), _smin(b, _smin(b, k, a_cols), b_rows), _smin(b, n, b_cols)
+        if not s.accumulate and any(_clamps(o) for o in (s.a, s.b)):
+            clamped = b.or_(b.icmp_signed("<", me, m), b.icmp_signed("<", ne, n))
+            with b.if_then(clamped, likely=False):  # zero c: a K == 0 product
+                b.call(self.cg.small_gemm(), [m, n, c64(0), a_ptr, rsa, b_ptr, rsb, c_ptr,
+                                              ldc, ir.Constant(I32, 0)])
         acc = ir.Constant(I32, int(s.accumulate))
-        work = b.mul(b.mul(m, n), k)
+        work = b.mul(b.mul(me, ne), ke)
+        if self.cg.config.count_work:
+            b.atomic_rmw("add", self.work_counter(), work, "monotonic")
         small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
         unit = b.and_(b.icmp_signed("==", csa, c64(1)), b.icmp_signed("==", csb, c64(1)))
         with b.if_else(b.and_(small, unit)) as (then, other):
             with then:
                 b.call(self.cg.small_gemm(),
-                       [m, n, k, a_ptr, rsa, b_ptr, rsb, c_ptr, ldc, acc])
+                       [me, ne, ke, a_ptr, rsa, b_ptr, rsb, c_ptr, ldc, acc])
             with other:
-                scratch = self.gemm_scratch(n)
-                b.call(self.cg.sgemm(), [m, n, k, a_ptr, rsa, csa, b_ptr, rsb, csb, c_ptr,
-                                         ldc, acc, scratch])
+                scratch = self.gemm_scratch(ne)
+                b.call(self.cg.sgemm(), [me, ne, ke, a_ptr, rsa, csa, b_ptr, rsb, csb,
+                                         c_ptr, ldc, acc, scratch])
+
+    def work_counter(self) -> ir.GlobalVariable:
+        """The module's multiply-add counter (``CodegenConfig.count_work``)."""
+        mod = self.cg.module
+        if MMA_WORK_SYMBOL not in mod.globals:
+            g = ir.GlobalVariable(mod, I64, MMA_WORK_SYMBOL)
+            g.initializer = c64(0)
+        return mod.globals[MMA_WORK_SYMBOL]
 
     def gemm_scratch(self, n: ir.Value) -> ir.Value:
         """Packing scratch for an mma with ``n`` columns: one buffer per call of the
@@ -79,15 +103,26 @@ class _Mma(_Nests):
         return (self.buffer_ptr(o.buffer, o.version), self.expr(strides[0]),
                 self.expr(strides[1]))
 
-    def mma_operand(self, o: lp.MmaBuf | lp.MmaView
-                    ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        """Pointer, row stride and column stride (elements) of an mma operand."""
+    def mma_operand(self, o: lp.MmaBuf | lp.MmaView, rows: ir.Value, cols: ir.Value
+                    ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
+        """Pointer, row stride and column stride (elements) of an mma operand of
+        ``rows`` × ``cols``, and the rows and columns of it that the product must read
+        (all of them, except for a clamped view window: see :meth:`mma`)."""
         if isinstance(o, lp.MmaBuf):
-            return self.mma_buffer(o)
+            return (*self.mma_buffer(o), rows, cols)
         b = self.b
         win = o.window
         stride0 = self.env[self.cg.stride_sym(win.view, 0)]
-        inside = self.windows_inside((win,))
+        if _clamps(o):  # clamp to the view: in place whenever the window starts inside
+            shape = self.cg.program.param(win.view).shape
+            offs = [self.expr(x) for x in win.offsets]
+            inside = b.and_(b.icmp_signed(">=", offs[0], c64(0)),
+                            b.icmp_signed(">=", offs[1], c64(0)))
+            valid = [_smax(b, c64(0), _smin(b, n, b.sub(self.expr(e), x)))
+                     for n, e, x in zip((rows, cols), shape, offs, strict=True)]
+        else:
+            inside = self.windows_inside((win,))
+            valid = [rows, cols]
         with b.if_else(inside) as (then, other):
             with then:
                 off = self.expr(self.view_offset(win.view, win.offsets))
@@ -110,7 +145,16 @@ class _Mma(_Nests):
         ld = b.phi(I64)
         ld.add_incoming(stride0, blk_in)
         ld.add_incoming(ld_out, blk_out)
-        return ptr, ld, c64(1)
+        out = []
+        for v, full in zip(valid, (rows, cols), strict=True):
+            if v is full:
+                out.append(full)
+                continue
+            phi = b.phi(I64)
+            phi.add_incoming(v, blk_in)
+            phi.add_incoming(full, blk_out)
+            out.append(phi)
+        return ptr, ld, c64(1), out[0], out[1]
 
     def forwarded_copies(self, stmts: tuple[lp.Stmt, ...]
                          ) -> tuple[set[int], dict[int, dict[str, lp.MmaBuf]]]:
@@ -148,6 +192,19 @@ class _Mma(_Nests):
                         subst.setdefault(j, {})[o.buffer] = src
                     break
         return skip, subst
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return x if x is y else b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _clamps(o: lp.MmaBuf | lp.MmaView) -> bool:
+    """Whether the operand may clamp the product (a view window with fill 0)."""
+    return isinstance(o, lp.MmaView) and o.fill == 0.0
 
 
 def _buffers_read(e: object) -> set[str]:

@@ -14,8 +14,11 @@ Algorithms (Cephes-style single-precision minimax polynomials, evaluated with FM
   exact power-of-two multiplies), so results in the subnormal range round once and
   correctly, overflow gives +inf and underflow gives +0.
 * ``tanh``: |x| < 0.625: x + x·z·P4(z), z = x² (no cancellation near 0); otherwise
-  copysign(1 − 2/(e^{2|x|} + 1), x) with the ``exp`` above; saturates to exactly ±1
-  (e^{2|x|} overflows to inf → 2/inf = 0).
+  copysign(1 − 2/(e^y + 1), x), y = min(2|x|, 20): the ``exp`` above on a range that needs
+  none of its clamps and one 2^n scaling (n ≤ 29), so both branches together take about a
+  third fewer instructions than with the general ``exp`` (about 1.2× the throughput) at
+  the same accuracy; saturates to exactly ±1 (at y = 20, 2/(e^y + 1) < ulp(1)/2). A single
+  rational form p(x)/q(x²) (Eigen's) is 2.8× faster but 2.7e-7 off, twice the error.
 * ``log``: subnormal inputs are scaled by 2^23 first; exponent e and mantissa m ∈
   [√½, √2) are extracted from the bits; f = m − 1 (exact); log(1+f) ≈ f − f²/2 + f³·P8(f);
   plus e·ln2 with ln2 split in two.
@@ -44,7 +47,7 @@ import llvmlite.ir as ir
 
 from planner.lower.cpu.jit import declare_intrinsic
 
-__all__ = ["emit_exp", "emit_log", "emit_tanh"]
+__all__ = ["emit_exp", "emit_log", "emit_one_plus_tanh", "emit_tanh"]
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -66,6 +69,7 @@ _EXP_P = (  # e^r ≈ 1 + r + r^2 * P(r), highest degree first (Cephes expf)
 
 # tanh ------------------------------------------------------------------------------
 _TANH_SMALL = 0.625
+_TANH_EXP_CAP = 20.0  # 2|x| from which 1 - 2/(e^y + 1) rounds to 1 in f32
 _TANH_P = (  # tanh(x) ≈ x + x * z * P(z), z = x^2 (Cephes tanhf)
     -5.70498872745e-3,
     2.06390887954e-2,
@@ -182,11 +186,44 @@ def emit_tanh(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     z = b.fmul(x, x)
     p = _horner(b, _TANH_P, z)
     small = _fma(b, b.fmul(p, z), x, x)
-    # large |x|: 1 - 2/(exp(2|x|) + 1)
-    e = emit_exp(b, b.fadd(ax, ax))
+    # large |x|: 1 - 2/(e^y + 1), y = 2|x| capped at 20 (the result rounds to 1): the exp of
+    # emit_exp without its range clamps and two-step scaling (0 <= n <= 29, one 2^n)
+    fmin = declare_intrinsic(b.module, "llvm.minnum", [ty], ty, [ty, ty])
+    y = b.call(fmin, [b.fadd(ax, ax), _fc(ty, _TANH_EXP_CAP)])  # NaN: 20, fixed below
+    nf = _unary(b, "llvm.rint", b.fmul(y, _fc(ty, _LOG2E)))
+    r = _fma(b, nf, _fc(ty, -_LN2_HI), y)
+    r = _fma(b, nf, _fc(ty, -_LN2_LO), r)
+    e = b.fadd(_fma(b, _horner(b, _EXP_P, r), b.fmul(r, r), r), _fc(ty, 1.0))
+    e = b.fmul(e, _pow2i(b, b.fptosi(nf, _int_type(ty)), ty))
     large = b.fsub(_fc(ty, 1.0), b.fdiv(_fc(ty, 2.0), b.fadd(e, _fc(ty, 1.0))))
-    y = b.select(b.fcmp_ordered("<", ax, _fc(ty, _TANH_SMALL)), small, large)
-    return _copysign(b, y, x)  # odd function; also gives tanh(-0) = -0
+    t = b.select(b.fcmp_ordered("<", ax, _fc(ty, _TANH_SMALL)), small, large)
+    t = _copysign(b, t, x)  # odd function; also gives tanh(-0) = -0
+    return b.select(b.fcmp_unordered("uno", x, x), x, t)
+
+
+_SIGMOID_LO = -87.0  # e^t for t below this is under FLT_MIN: flushed to 0
+
+
+def emit_one_plus_tanh(builder: ir.IRBuilder, u: ir.Value) -> ir.Value:
+    """Emit ``1 + tanh(u)`` (GELU's factor) as ``2·σ(2u)``: with e = e^{-2|u|} ∈ (0, 1],
+    ``2/(1 + e)`` for u ≥ 0 and ``2e/(1 + e)`` for u < 0. One exp on a range that needs
+    no overflow clamp and one 2^n scaling, no tanh branches and no cancellation for
+    u ≪ 0 (where ``1 + tanh(u)`` computed directly loses every digit). Results below
+    FLT_MIN (u < -43.5) are flushed to +0; NaN in, NaN out."""
+    b = builder
+    ty = _check(u)
+    fmax = declare_intrinsic(b.module, "llvm.maxnum", [ty], ty, [ty, ty])
+    t = b.fmul(_unary(b, "llvm.fabs", u), _fc(ty, -2.0))
+    tc = b.call(fmax, [t, _fc(ty, _SIGMOID_LO)])  # NaN: -87, fixed below
+    nf = _unary(b, "llvm.rint", b.fmul(tc, _fc(ty, _LOG2E)))
+    r = _fma(b, nf, _fc(ty, -_LN2_HI), tc)
+    r = _fma(b, nf, _fc(ty, -_LN2_LO), r)
+    e = b.fadd(_fma(b, _horner(b, _EXP_P, r), b.fmul(r, r), r), _fc(ty, 1.0))
+    e = b.fmul(e, _pow2i(b, b.fptosi(nf, _int_type(ty)), ty))  # n in [-126, 0]
+    e = b.select(b.fcmp_ordered("<", t, _fc(ty, _SIGMOID_LO)), _fc(ty, 0.0), e)
+    num = b.select(b.fcmp_ordered("<", u, _fc(ty, 0.0)), b.fadd(e, e), _fc(ty, 2.0))
+    y = b.fdiv(num, b.fadd(e, _fc(ty, 1.0)))
+    return b.select(b.fcmp_unordered("uno", u, u), u, y)
 
 
 def emit_log(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:

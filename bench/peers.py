@@ -1,0 +1,300 @@
+"""planner's compiled CPU kernels against what a user would pick instead.
+
+Run from the repository root (peers: ``pip install -e '.[bench]'``)::
+
+    python bench/peers.py            # 1 and 2 threads, a few minutes
+    python bench/peers.py --quick    # smaller sizes, fewer rounds
+
+Kernels: row softmax, layernorm, GELU-tanh, GEMM, attention, and the awkward edge sizes
+(GEMM 300×200×130, softmax 37×1000, attention 100×77). Peers: numpy (OpenBLAS for the
+matmuls), numba (``@njit(parallel=True, fastmath=True)``) and JAX (``jax.jit``, XLA CPU);
+a peer that does not import is skipped with a note, numba has no GEMM or attention row.
+
+Each thread count runs in its own child process pinned to that many cores
+(``sched_setaffinity``) with every peer limited to it (threadpoolctl for BLAS,
+``numba.set_num_threads``, ``XLA_FLAGS`` before JAX starts), so no peer sees more cores
+than planner. Within a child, variants are interleaved round by round (ABBA order), each
+sample after a short warm-up of the same variant; the table gives median, min and max,
+and the ratio peer median / planner median (> 1: planner faster). Every output is
+checked against the numpy reference first (the max abs error is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+WARMUP_S = 0.1
+
+
+def _setup_child(threads: int) -> None:
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    os.sched_setaffinity(0, set(cores))
+    os.environ["NUMBA_NUM_THREADS"] = str(threads)
+    os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+                               f" intra_op_parallelism_threads={threads}")
+    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+
+
+def _peers(threads: int) -> tuple[dict[str, object], list[str]]:
+    notes: list[str] = []
+    mods: dict[str, object] = {}
+    try:
+        import numba
+        numba.set_num_threads(threads)
+        mods["numba"] = numba
+    except Exception as e:  # any import failure skips the peer
+        notes.append(f"numba skipped: {type(e).__name__}: {e}")
+    try:
+        import jax
+        jax.config.update("jax_platforms", "cpu")
+        mods["jax"] = jax
+    except Exception as e:
+        notes.append(f"jax skipped: {type(e).__name__}: {e}")
+    return mods, notes
+
+
+# ------------------------------------------------------------------ peer kernels
+
+
+def _numba_kernels(numba: object) -> dict[str, Callable[..., np.ndarray]]:
+    njit, prange = numba.njit, numba.prange  # type: ignore[attr-defined]
+
+    @njit(parallel=True, fastmath=True)
+    def softmax(x):
+        out = np.empty_like(x)
+        for i in prange(x.shape[0]):
+            m = x[i].max()
+            s = np.float32(0.0)
+            for j in range(x.shape[1]):
+                e = np.exp(x[i, j] - m)
+                out[i, j] = e
+                s += e
+            out[i] /= s
+        return out
+
+    @njit(parallel=True, fastmath=True)
+    def layernorm(x, w, b):
+        out = np.empty_like(x)
+        n = x.shape[1]
+        for i in prange(x.shape[0]):
+            s = np.float32(0.0)
+            q = np.float32(0.0)
+            for j in range(n):  # one pass: sum and sum of squares of a row in cache
+                s += x[i, j]
+                q += x[i, j] * x[i, j]
+            mean = s / n
+            inv = np.float32(1.0) / np.sqrt(q / n - mean * mean + np.float32(1e-5))
+            for j in range(n):
+                out[i, j] = (x[i, j] - mean) * inv * w[j] + b[j]
+        return out
+
+    @njit(parallel=True, fastmath=True)
+    def gelu(x):
+        out = np.empty_like(x)
+        c = np.float32(0.7978845608028654)
+        for i in prange(x.shape[0]):
+            v = x[i]
+            out[i] = np.float32(0.5) * v * (np.float32(1.0) + np.tanh(
+                c * (v + np.float32(0.044715) * v * v * v)))
+        return out
+
+    return {"softmax": softmax, "layernorm": layernorm, "gelu": gelu}
+
+
+def _jax_kernels(jax: object) -> dict[str, Callable[..., object]]:
+    jnp = jax.numpy  # type: ignore[attr-defined]
+    jit = jax.jit  # type: ignore[attr-defined]
+
+    def softmax(x):
+        e = jnp.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def layernorm(x, w, b):
+        mean = x.mean(axis=1, keepdims=True)
+        xc = x - mean
+        var = (xc * xc).mean(axis=1, keepdims=True)
+        return xc * jax.lax.rsqrt(var + 1e-5) * w + b  # type: ignore[attr-defined]
+
+    def gelu(x):
+        return 0.5 * x * (1.0 + jnp.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+    def gemm(a, b):
+        return a @ b
+
+    def attention(q, k, v):
+        s = (q @ k.T) * (1.0 / np.sqrt(q.shape[1]))
+        p = jnp.exp(s - s.max(axis=1, keepdims=True))
+        return (p @ v) / p.sum(axis=1, keepdims=True)
+
+    return {n: jit(f) for n, f in (("softmax", softmax), ("layernorm", layernorm),
+                                   ("gelu", gelu), ("gemm", gemm), ("attention", attention))}
+
+
+# ------------------------------------------------------------------ workloads
+
+
+def _workloads(quick: bool) -> list[tuple[str, str, object, dict[str, int],
+                                          dict[str, np.ndarray], Callable[[], np.ndarray]]]:
+    """(row name, kernel kind, planner kernel, bindings, arrays, numpy reference)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "planner" / "examples"))
+    import attention
+    import gelu
+    import gemm
+    import layernorm
+    import softmax
+    from cpu import np_attention, np_gelu, np_layernorm, np_softmax
+
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    out = []
+    m, n = (512, 2048) if quick else (1024, 4096)
+    for rows, cols, tag in ((m, n, ""), (37, 1000, " (edge)")):
+        x = rng.standard_normal((rows, cols)).astype(f32)
+        w, b = rng.standard_normal(cols).astype(f32), rng.standard_normal(cols).astype(f32)
+        out.append((f"softmax {rows}x{cols}{tag}", "softmax",
+                    softmax.make_softmax(softmax.SoftmaxConfig(block_m=4)),
+                    {"M": rows, "N": cols}, {"X": x}, lambda x=x: np_softmax(x)))
+        if not tag:
+            out.append((f"layernorm {rows}x{cols}", "layernorm",
+                        layernorm.make_layernorm(layernorm.LayerNormConfig(block_m=4)),
+                        {"M": rows, "N": cols}, {"X": x, "W": w, "Bias": b},
+                        lambda x=x, w=w, b=b: np_layernorm(x, w, b)))
+    g = rng.standard_normal((1 if quick else 4) * 2 ** 20).astype(f32)
+    out.append((f"gelu-tanh {g.size // 2 ** 20}M", "gelu", gelu.make_gelu(gelu.GeluConfig(4096)),
+                {"N": g.size}, {"X": g}, lambda: np_gelu(g)))
+    s = 512 if quick else 1024
+    for (mm, nn, kk), blk, tag in (((s, s, s), (256, 256, 256), ""),
+                                   ((300, 200, 130), (128, 128, 256), " (edge)")):
+        a = rng.standard_normal((mm, kk)).astype(f32)
+        bb = rng.standard_normal((kk, nn)).astype(f32)
+        out.append((f"gemm {mm}x{nn}x{kk}{tag}", "gemm", gemm.make_gemm(gemm.GemmConfig(*blk, 2)),
+                    {"M": mm, "N": nn, "K": kk}, {"A": a, "B": bb},
+                    lambda a=a, bb=bb: a @ bb))
+    L = 512 if quick else 1024
+    for (ll, ss), tag in (((L, L), ""), ((100, 77), " (edge)")):
+        q, k, v = (rng.standard_normal((r, 64)).astype(f32) for r in (ll, ss, ss))
+        out.append((f"attention L={ll} S={ss} D=64{tag}", "attention",
+                    attention.make_attention(attention.AttentionConfig(64, 64, 2)),
+                    {"L": ll, "S": ss, "D": 64}, {"Q": q, "K": k, "V": v},
+                    lambda q=q, k=k, v=v: np_attention(q, k, v)))
+    return out
+
+
+def _sample(f: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < WARMUP_S:
+        f()
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def child(threads: int, quick: bool, rounds: int) -> dict[str, object]:
+    _setup_child(threads)
+    from threadpoolctl import threadpool_limits
+
+    from planner.catalog import CatalogRegistry
+    from planner.lower import compile_kernel
+    from planner.solve import plan_kernel
+
+    mods, notes = _peers(threads)
+    nb = _numba_kernels(mods["numba"]) if "numba" in mods else {}
+    jx = _jax_kernels(mods["jax"]) if "jax" in mods else {}
+    target = CatalogRegistry().get("x86-avx2")
+    rows = []
+    for name, kind, kernel, bindings, arrays, reference in _workloads(quick):
+        want = np.asarray(reference())
+        ck = compile_kernel(kernel, plan_kernel(kernel, target, bindings), target)
+        out_name = next(p.name for p in ck.loop_program.params if not p.readonly)
+        buf = np.empty_like(want)
+        args = tuple(arrays.values())
+        variants: dict[str, Callable[[], object]] = {
+            "planner": lambda ck=ck, arrays=arrays, buf=buf, o=out_name:
+                ck(dict(arrays), threads=threads, **{o: buf})[o],
+            "numpy": reference,
+        }
+        if kind in nb:
+            variants["numba"] = lambda f=nb[kind], args=args: f(*args)
+        if kind in jx:
+            dev = [mods["jax"].device_put(a) for a in args]  # type: ignore[attr-defined]
+            variants["jax"] = lambda f=jx[kind], dev=dev: f(*dev).block_until_ready()
+        errs = {}
+        with threadpool_limits(threads):
+            for k, f in variants.items():
+                errs[k] = float(np.max(np.abs(np.asarray(f()) - want))) if want.size else 0.0
+            times: dict[str, list[float]] = {k: [] for k in variants}
+            keys = list(variants)
+            for r in range(rounds):
+                for k in (keys if r % 2 == 0 else reversed(keys)):
+                    times[k].append(_sample(variants[k]))
+        rows.append({"name": name, "errors": errs,
+                     "times": {k: (statistics.median(v), min(v), max(v))
+                               for k, v in times.items()}})
+    return {"threads": threads, "rows": rows, "notes": notes}
+
+
+def _cell(t: dict[str, list[float]], k: str) -> str:
+    """``median (min..max)`` in ms, or n/a for a peer without this row."""
+    if k not in t:
+        return "n/a"
+    med, lo, hi = t[k]
+    return f"{med * 1e3:.3f} ({lo * 1e3:.3f}..{hi * 1e3:.3f})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row")
+    ap.add_argument("--threads", type=int, action="append", help="thread counts (1, 2)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    rounds = args.rounds or (5 if args.quick else 9)
+    if args.child:
+        print(json.dumps(child(args.threads[0], args.quick, rounds)))
+        return
+    print(f"host {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"numpy {np.__version__}; median of {rounds} interleaved rounds "
+          "(min..max); ratio = peer median / planner median (> 1: planner faster)\n")
+    for th in args.threads or [1, 2]:
+        cmd = [sys.executable, __file__, "--child", "--threads", str(th),
+               "--rounds", str(rounds)] + (["--quick"] if args.quick else [])
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                        env=env).stdout.splitlines()[-1])
+        print(f"{th} thread{'s' if th > 1 else ''}")
+        for note in res["notes"]:
+            print(f"  note: {note}")
+        peers = ["numpy", "numba", "jax"]
+        head = ["kernel", "planner ms"] + [f"{p} ms" for p in peers] \
+            + [f"{p} ratio" for p in peers] + ["max |err| (planner)"]
+        lines = [head]
+        for r in res["rows"]:
+            t = r["times"]
+            pm = t["planner"][0]
+            lines.append([r["name"], _cell(t, "planner")] + [_cell(t, p) for p in peers]
+                         + [f"{t[p][0] / pm:.2f}" if p in t else "n/a" for p in peers]
+                         + [f"{r['errors']['planner']:.1e}"])
+        widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+        for i, line in enumerate(lines):
+            print("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w)
+                                   for j, (c, w) in enumerate(zip(line, widths, strict=True))))
+            if i == 0:
+                print("  " + "  ".join("-" * w for w in widths))
+        print()
+
+
+if __name__ == "__main__":
+    main()
