@@ -514,3 +514,35 @@ def test_text_ir_read_before_wait_is_located_in_the_text():
     load = next(i for i, text in enumerate(lines) if '"memory.load"' in text)
     lines[load], lines[load + 1] = lines[load + 1], lines[load]
     verify(parse_kernel("".join(lines), "k.mlir"))
+
+
+def test_never_waited_before_the_parallel_instance_ends():
+    def build():
+        @tile_kernel("unwaited_in_parallel")
+        def unwaited_in_parallel(X: TensorView[const(f32), dims("M", "N")],
+                                 Y: TensorView[f32, dims("M", "N")]):
+            m, n, g = axis("m", 2), axis("n", 2), axis("g", 3)
+            for nest in parallel(shape(g)):
+                As = memory(shape(m, n), mem.shared)
+                As.copy_async(X(coord(nest.index(g) * 2, 0), shape(m, n)))
+            Y(coord(0, 0), shape(m, n)).store(X[coord(0, 0), shape(m, n)])
+        return unwaited_in_parallel
+
+    assert _rules(build()) == [("S9.async-unwaited", _line(build, "As.copy_async("))]
+
+
+def test_copy_into_an_ancestors_memory_inside_a_child_parallel_is_s16():
+    def build():
+        @tile_kernel("ancestor_copy")
+        def ancestor_copy(X: TensorView[const(f32), dims("M", "N")],
+                          Y: TensorView[f32, dims("M", "N")]):
+            m, n, g = axis("m", 2), axis("n", 2), axis("g", 3)
+            As = memory(shape(m, n), mem.global_)
+            for nest in parallel(shape(g)):
+                tok = As.copy_async(X(coord(nest.index(g) * 2, 0), shape(m, n)))
+                tok.wait()
+            Y(coord(0, 0), shape(m, n)).store(X[coord(0, 0), shape(m, n)])
+        return ancestor_copy
+
+    rules = _rules(build())
+    assert ("S16", _line(build, "As.copy_async(")) in rules, rules
