@@ -22,7 +22,12 @@ The obligations, in the order S14 asks for (addressing before capacity):
     relation: view loads/stores ``read``/``write`` the global resource, ``memory.store``
     writes and ``memory.load`` reads the Memory's resource (a load feeding an ``mma`` is
     checked as a ``read``; reading operands in place with ``mma_read`` is a planner
-    choice).  A class the target has no resource for is refuted here (S5).
+    choice).  Where the plain operation is refused, an access to a Memory of an explicit
+    class (and a view load above the default parallel scope feeding only Memory stores)
+    is performed by its engine alternative if the target allows it: ``mma_read`` /
+    ``mma_write`` in place, or ``copy_async`` (:mod:`planner.prove.engines`); the result
+    names the operation used.  A class the target has no resource for is refuted here
+    (S5), naming the operations its accesses would need.
 ``factorization`` (S20, S17)
     The execution-to-memory equation ``ResourceTopology ∘ ExecBinding = Instance_s ∘ π``.
     Over the target's scope coordinates (one integer per level, bounded by the level's
@@ -68,7 +73,7 @@ from planner.ir.core import AllocOp, Kernel, Op
 from planner.ir.expr import Expr, IntLike, as_expr, mul
 from planner.ir.types import TileType, ViewType
 from planner.ir.verify import value_name
-from planner.prove import z3_layout
+from planner.prove import engines, z3_layout
 from planner.prove.z3_exprs import INT64_MAX, SymbolSpace, check
 from planner.realize.binding import ExecutionBinding, OpContext, bind_execution
 
@@ -183,6 +188,7 @@ class _Access:
     scope: str
     operation: Operation
     note: str = ""
+    alternatives: tuple[Operation, ...] = ()  # plain first, then the engine's (engines.py)
 
 
 @dataclass
@@ -214,6 +220,27 @@ def _candidate(target: Target, cls: str, owner: str) -> Resource | None:
             return 0
         return 1 if target.is_ancestor_or_self(owner, r.instance_scope) else 2
     return min(pool, key=rank) if pool else None
+
+
+def _uses_text(a: _Alloc) -> str:
+    """What the Memory's accesses would need of a home: each op with its operations."""
+    uses = dict.fromkeys(f"{acc.op.SPEC.name} at {acc.scope} "
+                         f"({' or '.join(str(o) for o in acc.alternatives or (acc.operation,))})"
+                         for acc in a.accesses)
+    return f"; %{a.name} is accessed by {', '.join(uses)}" if uses else ""
+
+
+def _completion(target: Target, res: Resource, scope: str) -> str:
+    """The sync rule of ``res`` that completes an asynchronous copy issued at ``scope``:
+    the rule at that scope, else the nearest ancestor's, else the resource's first."""
+    rules = list(res.sync)
+    for rule in rules:
+        if rule.scope == scope:
+            return rule.name
+    above = [r for r in rules if target.is_ancestor_or_self(r.scope, scope)]
+    if above:
+        return max(above, key=lambda r: target.scope_depth(r.scope)).name
+    return rules[0].name if rules else "program order"
 
 
 # --------------------------------------------------------------------------- entry point
@@ -307,6 +334,7 @@ class _Prover:
     # ------------------------------------------------------------------ gathering
 
     def collect_allocs(self) -> None:
+        uses = engines.kernel_uses(self.kernel)
         for mb in self.binding.memory_bindings():
             res = mb.home_named(self.placements.get(mb.name))
             info = _Alloc(mb.alloc, mb.name, mb.owner_scope, res,
@@ -316,7 +344,9 @@ class _Prover:
                 note = ("; the snapshot feeds tile.mma: checked as a read (reading the "
                         "operand in place with mma_read is a planner choice)"
                         if acc.feeds_mma else "")
-                info.accesses.append(_Access(acc.op, acc.scope, acc.operation, note))
+                alts = (acc.operation,) if mb.resource_class == AUTO \
+                    else engines.alternatives(acc, uses)
+                info.accesses.append(_Access(acc.op, acc.scope, acc.operation, note, alts))
             self.allocs.append(info)
 
     # ------------------------------------------------------------------ 1. can_access
@@ -330,6 +360,7 @@ class _Prover:
 
     def check_can_access(self) -> None:
         glob = self.global_resource()
+        self.uses = engines.kernel_uses(self.kernel)
         for op in self.kernel.walk():
             if isinstance(op, (core.LoadOp, core.StoreOp)):
                 started = time.perf_counter()
@@ -341,7 +372,10 @@ class _Prover:
                              "no global-class resource to hold the view", None, op.loc, "S5",
                              started)
                     continue
-                self.access_result(subject, op, scope, glob, operation, "", started)
+                alts = engines.view_load_alternatives(op, self.uses, self.target, scope) \
+                    if isinstance(op, core.LoadOp) else (operation,)
+                self.memory_access_result(subject, _Access(op, scope, operation, "", alts),
+                                          glob, "", started)
         for a in self.allocs:
             started = time.perf_counter()
             if a.candidate is None:
@@ -361,7 +395,7 @@ class _Prover:
                 self.add("can_access", f"memory %{a.name}", REFUTED,
                          f"target {self.target.name} has no resource of class {cls!r} "
                          f"for a Memory owned at {a.owner_scope!r} (classes with resources: "
-                         f"{', '.join(have)})", None, a.op.loc, "S5", started)
+                         f"{', '.join(have)}){_uses_text(a)}", None, a.op.loc, "S5", started)
                 continue
             if a.resource is None:
                 continue  # no home: the factorization result explains why (S17)
@@ -373,8 +407,29 @@ class _Prover:
                     in_place = self.target.can_access(acc.scope, a.resource.name,
                                                       Operation.MMA_READ)
                     note += f"; mma_read is {'' if in_place else 'not '}allowed here"
-                self.access_result(subject, acc.op, acc.scope, a.resource, acc.operation,
-                                   note, started)
+                self.memory_access_result(subject, acc, a.resource, note, started)
+
+    def memory_access_result(self, subject: str, acc: _Access, res: Resource, note: str,
+                             started: float) -> None:
+        """A Memory access, performed by the first alternative the target allows: the
+        plain operation, else the engine's (an in-place mma or an asynchronous copy)."""
+        alts = acc.alternatives or (acc.operation,)
+        chosen = next((o for o in alts if self.target.can_access(acc.scope, res.name, o)),
+                      None)
+        if chosen is None or chosen == acc.operation:
+            tried = "" if len(alts) < 2 else (
+                f"; no alternative either: {', '.join(str(o) for o in alts[1:])} "
+                f"is not allowed for {acc.scope} on {res.name}")
+            self.access_result(subject, acc.op, acc.scope, res, acc.operation,
+                               note + ("" if chosen else tried), started)
+            return
+        how = {Operation.MMA_READ: "the mma reads it in place",
+               Operation.MMA_WRITE: "the mma accumulates into it in place",
+               Operation.COPY_ASYNC: "an asynchronous copy, completed by "
+                                     f"{_completion(self.target, res, acc.scope)}"}[chosen]
+        self.add("can_access", f"{subject} at {acc.scope} → {res.name} ({chosen})", PROVED,
+                 f"{acc.scope} may not {acc.operation} {res.name} but may {chosen} it: "
+                 f"{how}", None, acc.op.loc, "S20", started)
 
     def access_result(self, subject: str, op: Op, scope: str, res: Resource,
                       operation: Operation, note: str, started: float) -> None:

@@ -293,12 +293,13 @@ def held_at_points(problem: Problem, a: Assignment
             k = a.memory_versions[mi] if a.memory_versions else 1
             h = m.home_of(a)
             held.append(Held(("memory", mi), m.name, "memory", m.homes[h],
-                             m.home_bytes[h] * k, k))
+                             m.home_bytes[h] * k, k,
+                             m.home_sync[h] if m.home_sync else None))
         for ti in lp.temps:
             t = problem.temps[ti]
             if truth.temp(t):
                 role = "exchange" if t.name.startswith("exchange") else "staging"
-                held.append(Held(("temp", ti), t.name, role, t.resource, t.bytes, 1))
+                held.append(Held(("temp", ti), t.name, role, t.resource, t.bytes, 1, t.sync))
         merged: dict[tuple[object, ...], Held] = {}
         for h in held:  # a carry and the value computed into its second version
             o = merged.get(h.key)

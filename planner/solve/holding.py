@@ -393,8 +393,10 @@ class Holding:
         def add(name: str, res: Resource, nbytes: int, point: int,
                 when: list[tuple[Lit, ...]]) -> None:
             if when:
+                owner = self._owner(point)
+                sync = self.ctx.fig.sync_rule(res, self.ctx.owner_scope[owner])[0]
                 out.append(Temp(len(out), name, res.name, align(nbytes, res.alignment), point,
-                                self._owner(point), tuple(when)))
+                                owner, tuple(when), sync))
 
         for e in self.edges:
             if e.consumer_kind == "tile.mma" and e.operand in (0, 1):

@@ -47,7 +47,8 @@ def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
                                   tuple(r.name for r in homes),
                                   tuple(align(storage, r.alignment) for r in homes),
                                   (lo, hi), op.owner if op.owner in ctx.parallels else "kernel",
-                                  maxv, stall, tuple(round(t - traffic[0]) for t in traffic)))
+                                  maxv, stall, tuple(round(t - traffic[0]) for t in traffic),
+                                  tuple(_memory_sync(ctx, op, r) for r in homes)))
     return out
 
 
@@ -56,6 +57,18 @@ def _memory_homes(ctx: Context, op: core.AllocOp, default: Resource) -> list[Res
     touches the Memory with the operations it applies; the default home first."""
     reachable = ctx.binding.memory(op).reachable
     return [default, *(r for r in reachable if r.name != default.name)]
+
+
+def _memory_sync(ctx: Context, op: core.AllocOp, res: Resource) -> str | None:
+    """The sync rule ordering the Memory's stores before its loads in ``res``: the one
+    for the scopes that touch it (the owner's, or the nearest scope above every access),
+    named only; its cost is not part of the objective, so it never moves a decision."""
+    mb = ctx.binding.memory(op)
+    scope = mb.owner_scope
+    for s in mb.scopes:
+        if not ctx.target.is_ancestor_or_self(scope, s):
+            scope = ctx.binding.root
+    return ctx.fig.sync_rule(res, scope)[0]
 
 
 def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:

@@ -156,7 +156,7 @@ class Temp:
     split among the owner's threads, the exchange area through which a register tile is
     read across threads (a reduction, broadcast, transpose or mma operand of a virtual
     value).  It is held at ``point`` when every literal of some alternative of ``when``
-    holds.
+    holds.  ``sync``: the catalog rule ordering its fill before its reads (None: none).
     """
 
     index: int
@@ -166,6 +166,7 @@ class Temp:
     point: int
     owner: str
     when: tuple[tuple[Lit, ...], ...]
+    sync: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +258,8 @@ class MemoryOccupant:
     the Memory may access (nearest first); ``home_bytes[h]`` is one version there (padding
     and that resource's alignment included) and ``home_cost[h]`` the traffic of the
     Memory's loads and stores there, relative to ``homes[0]`` (already in the constant).
+    ``home_sync[h]`` is the catalog sync rule that orders its stores before its loads
+    among the owner's members there (None: program order suffices).
     """
 
     index: int
@@ -268,6 +271,7 @@ class MemoryOccupant:
     max_versions: int
     stall: tuple[int, ...]
     home_cost: tuple[int, ...] = ()
+    home_sync: tuple[str | None, ...] = ()
 
     def home_of(self, a: Assignment) -> int:
         """The index of the home ``a`` chose (the first when it chose none)."""
