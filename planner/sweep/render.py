@@ -35,7 +35,7 @@ def _resources(rows: list[PointResult]) -> list[str]:
 def _peak_cell(row: PointResult, resource: str) -> str:
     for r, peak, cap in row.peaks:
         if r == resource:
-            return f"{peak:,}/{fmt_size(cap)}"
+            return f"{fmt_size(peak)} / {fmt_size(cap)}"
     return "-"
 
 
