@@ -92,6 +92,12 @@ def collect_diagnostics(kernel: Kernel, bindings: Mapping[str, int] | None = Non
                                     "of the symbol is admissible", kernel.loc, ""))
         else:
             checked[name] = (lo, hi)
+            value = (bindings or {}).get(name)
+            if value is not None and not lo <= value <= hi:
+                diags.append(Diagnostic(
+                    f"binding {name}={value} is outside its declared bound {name} = "
+                    f"{lo}..{hi}: the proofs and zero-trip checks assume the bound", kernel.loc,
+                    "bounds"))
     v = _Verifier(kernel, dict(bindings or {}), checked)
     v.run()
     return diags + v.diags

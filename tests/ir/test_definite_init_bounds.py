@@ -219,3 +219,15 @@ def test_builtin_examples_verify_without_bounds(path):
     ex = load_example(path)
     verify(ex.kernel)
     verify(ex.kernel, ex.bindings)
+
+
+def test_a_binding_outside_its_declared_bound_is_refused() -> None:
+    from planner.ir.verify import verify
+
+    ex = load_example({p.stem: p for p in list_examples()}["softmax"])
+    verify(ex.kernel, {"M": 15, "N": 70}, {"M": (10, 20)})
+    with pytest.raises(PlannerError) as exc:
+        verify(ex.kernel, {"M": 5, "N": 70}, {"M": (10, 20)})
+    (d,) = exc.value.diagnostics
+    assert d.rule == "bounds" and "binding M=5 is outside its declared bound M = 10..20" in \
+        d.message

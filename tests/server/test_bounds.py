@@ -148,3 +148,15 @@ def test_lower_and_compare_take_bounds(client: httpx.Client) -> None:
     compared = client.post("/v1/compare", json=body_for("/v1/compare", bindings=bindings,
                                                         bounds=BOUNDS))
     assert compared.status_code == 200, compared.text
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_a_binding_outside_its_declared_bound_is_422(client: httpx.Client,
+                                                      endpoint: str) -> None:
+    n = SOFTMAX.bindings["N"]
+    r = client.post(endpoint, json=body_for(endpoint, bindings=SOFTMAX.bindings,
+                                            bounds={"N": [n + 1, n + 10]}))
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["rule"] == "bounds"
+    assert f"binding N={n} is outside its declared bound N = {n + 1}..{n + 10}" in body["detail"]
