@@ -88,6 +88,7 @@ from planner.lower.cpu.config import CodegenConfig
 from planner.lower.cpu.context import _ModuleContext
 from planner.lower.cpu.llvm_helpers import I8P, I64, I64P, c64
 from planner.lower.cpu.mma import _Mma
+from planner.lower.cpu.rows import clamp_rows, zero_extents
 from planner.lower.loops import program as lp
 
 __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
@@ -130,11 +131,15 @@ class _Fn(_Mma):
             else:
                 stride = b.load(b.gep(info, [c64(2 * idx + 1)]))
                 per_instance.append((buf.name, b.gep(garena, [off]), stride))
+        body = self.seg.body
+        if self.cg.config.clamp_rows:  # rows no store writes; tile parts known to be 0
+            body = clamp_rows(self.seg, prog)
+            self.zeros = zero_extents(body, self.seg, prog)
         with self.loop(begin, end, 1, "inst") as inst:
             self.bind(self.seg.vars, self.seg.extents, inst)
             for name, base, stride in per_instance:
                 self.bases[name] = b.gep(base, [b.mul(inst, stride)], name=f"buf.{name}")
-            self.body(self.seg.body)
+            self.body(body)
         self.free_scratch()
         b.ret_void()
 

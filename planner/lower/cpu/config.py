@@ -33,6 +33,9 @@ class CodegenConfig:
     #: count the multiply-adds every mma runs in a module global (``MMA_WORK_SYMBOL``,
     #: read by ``CompiledKernel.mma_work``): what tests use to bound edge-tile work
     count_work: bool = False
+    #: skip the rows of a parallel instance's tiles that no store can write
+    #: (``planner.lower.cpu.rows``: row-independent chains up to an edge-masked store)
+    clamp_rows: bool = True
 
     @classmethod
     def for_target(cls, target: Target) -> CodegenConfig:

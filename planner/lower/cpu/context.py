@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
+from planner.ir.expr import Expr
 from planner.lower.cpu.abi import placements
 from planner.lower.cpu.builder import _IR
 from planner.lower.cpu.config import CodegenConfig
@@ -73,6 +74,8 @@ class _FnState(_IR):
         self.entry = self.b.block
         self.scratch: tuple[ir.Value, ir.Value] | None = None  # mma packing scratch
         self.mma_forward: dict[str, lp.MmaBuf] = {}  # staging copies skipped (body)
+        #: (mma id, buffer, version) -> rows, columns past which the operand is 0
+        self.zeros: dict[tuple[int, str, Expr], tuple[Expr, Expr]] = {}
 
     def alloca(self, t: ir.Type) -> ir.Value:
         with self.b.goto_block(self.entry):

@@ -33,8 +33,17 @@ class _Mma(_Nests):
         a_ptr, rsa, csa, a_rows, a_cols = self.mma_operand(s.a, m, k)
         b_ptr, rsb, csb, b_rows, b_cols = self.mma_operand(s.b, k, n)
         b = self.b
+        zeros = [self.zeros.get((id(s), o.buffer, o.version)) if isinstance(o, lp.MmaBuf)
+                 else None for o in (s.a, s.b)]
+        if zeros[0] is not None:  # a buffer tile known to be 0 past these rows/columns
+            a_rows = _smin(b, a_rows, self.expr(zeros[0][0]))
+            a_cols = _smin(b, a_cols, self.expr(zeros[0][1]))
+        if zeros[1] is not None:
+            b_rows = _smin(b, b_rows, self.expr(zeros[1][0]))
+            b_cols = _smin(b, b_cols, self.expr(zeros[1][1]))
         me, ke, ne = _smin(b, m, a_rows), _smin(b, _smin(b, k, a_cols), b_rows), _smin(b, n, b_cols)
-        if not s.accumulate and any(_clamps(o) for o in (s.a, s.b)):
+        if not s.accumulate and (any(_clamps(o) for o in (s.a, s.b))
+                                 or any(z is not None for z in zeros)):
             clamped = b.or_(b.icmp_signed("<", me, m), b.icmp_signed("<", ne, n))
             with b.if_then(clamped, likely=False):  # zero c: a K == 0 product
                 b.call(self.cg.small_gemm(), [m, n, c64(0), a_ptr, rsa, b_ptr, rsb, c_ptr,

@@ -25,8 +25,9 @@ stride in the last dimension, writability of outputs) and raises a
 :class:`~planner.errors.PlannerError` naming the parameter instead of crashing.  The
 writable views are updated **in place** and returned (``{name: array}``); a writable
 view that is not passed is allocated zero-filled.  Parallel segments are split into
-contiguous ranges of instances, one per worker thread; each worker gets its own
-arena for instance-local buffers.  ctypes releases the GIL for the duration of a
+contiguous pieces of instances (up to four per worker thread) that the workers take in
+turn as they finish, so cheap edge instances do not leave a thread idle; each worker gets
+its own arena for instance-local buffers.  ctypes releases the GIL for the duration of a
 call, so the workers run concurrently.  Every instance computes the same way whatever
 the split, so 1-thread and n-thread results are bit-identical.
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import threading
 import time
@@ -501,21 +503,33 @@ class CompiledKernel:
 
 def _run_segment(fn: Any, n: int, chunks: int, base: tuple[int, ...],
                  arenas: list[np.ndarray], tail: tuple[int, ...]) -> None:
-    """Instances ``[0, n)`` split into ``chunks`` contiguous ranges, one per worker; the
-    calling thread runs the first."""
+    """Instances ``[0, n)`` run by ``chunks`` workers (the calling thread is one): split
+    into up to ``_PIECES_PER_WORKER`` contiguous pieces per worker that the workers take
+    in order as they finish (edge instances cost what they compute, so equal counts are
+    not equal work: a worker that drew cheap edge pieces takes more of them)."""
     if chunks == 1:
         fn(0, n, *base, _addr(arenas[0]), *tail)
         return
-    bounds = [n * c // chunks for c in range(chunks + 1)]
+    pieces = min(n, chunks * _PIECES_PER_WORKER)
+    bounds = [n * c // pieces for c in range(pieces + 1)]
+    order = itertools.count()  # next() is atomic under the GIL
+
+    def worker(c: int) -> None:
+        arena = _addr(arenas[c])
+        while (j := next(order)) < pieces:
+            fn(bounds[j], bounds[j + 1], *base, arena, *tail)
+
     pool = _pool(chunks - 1)
-    futures: list[Future[None]] = [
-        pool.submit(fn, bounds[c], bounds[c + 1], *base, _addr(arenas[c]), *tail)
-        for c in range(1, chunks)]
+    futures: list[Future[None]] = [pool.submit(worker, c) for c in range(1, chunks)]
     try:
-        fn(0, bounds[1], *base, _addr(arenas[0]), *tail)
+        worker(0)
     finally:
         for f in futures:
             f.result()
+
+
+#: pieces per worker of a split segment (dynamic assignment; a piece costs one call)
+_PIECES_PER_WORKER = 4
 
 
 def _call_key(arrays: Mapping[str, Any], bindings: Mapping[str, int] | None
