@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,10 +92,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
     executor = make_executor(args.scheduler or os.environ.get(SCHEDULER_ENV) or None,
                              args.workers)
+    # The first Ctrl-C asks the driver loop to stop (it cancels what has not finished
+    # and keeps the finished points) instead of raising KeyboardInterrupt wherever the
+    # main thread happens to be (inside the pool's own bookkeeping it can leave the pool
+    # unable to shut down); a second Ctrl-C interrupts as usual.
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         result = run_sweep(spec, executor, cache=None if args.no_cache else
-                           default_plan_cache(), progress=_Progress(), prepared=prepared)
+                           default_plan_cache(), progress=_Progress(), prepared=prepared,
+                           stop=stop)
     finally:
+        signal.signal(signal.SIGINT, previous)
         executor.close()
     if args.measure and result.results and not result.interrupted:
         from planner.sweep.measure import measure_top
