@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench_modules import load_bench
 from live_http import LiveServer, live_server
 
 from planner.catalog import BUILTIN_DIR
@@ -40,19 +41,8 @@ TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
 def chain(n: int) -> dict[str, Any]:
-    """Softmax with its ``exp`` replaced by ``n`` chained ``exp`` ops."""
-    kernel = copy.deepcopy(KERNEL)
-    ops = kernel["body"]["ops"][0]["regions"][0]["ops"]
-    i = next(j for j, op in enumerate(ops) if op["attrs"].get("fn") == "exp")
-    exp, source, new = ops[i], ops[i]["operands"][0], []
-    for j in range(n):
-        op = copy.deepcopy(exp)
-        op["operands"] = [source]
-        source = op["results"][0]["id"] = f"c{j}" if j < n - 1 else exp["results"][0]["id"]
-        op["results"][0].pop("name", None)
-        new.append(op)
-    ops[i:i + 1] = new
-    return kernel
+    """Softmax with its ``exp`` replaced by ``n`` chained ``exp`` ops (``bench/server.py``'s)."""
+    return load_bench("server").chained(KERNEL, n)
 
 
 def settings(tmp: Path, **fields: Any) -> Settings:

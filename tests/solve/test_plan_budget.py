@@ -3,13 +3,12 @@ and the model-size estimate computed before any model is built."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
+from bench_modules import load_bench
 from planning_support import target
 
 from planner.ir.core import Kernel
@@ -36,23 +35,8 @@ CHAIN_BINDINGS = {"M": 100, "N": 70}
 
 
 def softmax_chain(n_exp: int) -> Kernel:
-    """Row softmax with ``n_exp`` more ``exp`` after its own (as in ``bench/solve.py``)."""
-
-    @tile_kernel(f"softmax_chain_{n_exp}")
-    def softmax_chain(X: TensorView[const(f32), dims("M", "N")],
-                      Y: TensorView[f32, dims("M", "N")]) -> None:
-        gm = axis("block_m", ceil_div(X.extent(0), 4))
-        m, n = axis("m", 4), axis("n", X.extent(1))
-        for nest in parallel(shape(gm)):
-            r0 = nest.index(gm) * 4
-            x = X[coord(r0, 0), shape(m, n)]
-            e = exp(x - broadcast(reduce_max(x, axis=1), shape(m, n), dims=(0,)))
-            for _ in range(n_exp):
-                e = exp(e)
-            s = reduce_sum(e, axis=1)
-            Y(coord(r0, 0), shape(m, n)).store(e / broadcast(s, shape(m, n), dims=(0,)))
-
-    return softmax_chain
+    """Row softmax with ``n_exp`` more ``exp`` after its own (``bench/solve.py``'s)."""
+    return load_bench("solve").softmax_chain(n_exp)
 
 
 def repeated_softmax(times: int) -> Kernel:
@@ -107,12 +91,7 @@ def test_chain_plans_agree_with_the_short_chain_optimum() -> None:
 
 
 def _bench_synthetic(edges: int) -> Kernel:
-    path = Path(__file__).resolve().parents[2] / "bench" / "solve.py"
-    spec = importlib.util.spec_from_file_location("bench_solve", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.synthetic_kernel(edges)
+    return load_bench("solve").synthetic_kernel(edges)
 
 
 def test_time_limit_bounds_the_whole_call() -> None:
