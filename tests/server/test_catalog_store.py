@@ -2,8 +2,9 @@
 
 Faults are injected by replacing ``os.replace`` (or ``tempfile.mkstemp``) in the store's
 module for one request: the answer must be 507 / 503 with a ``kind`` naming the fault,
-and the directory must hold exactly what it held before.  A read-only directory is
-tried for real where ``chmod`` means something (not as root).
+and the directory must hold exactly what it held before.  The same faults are also
+produced for real: a read-only directory where ``chmod`` means something (not as root),
+and a full and a read-only tmpfs where the test may mount one (as root).
 """
 
 from __future__ import annotations
@@ -201,3 +202,64 @@ def test_a_target_at_a_revision_by_name_at_hash(client: TestClient, store_dir: P
     assert main(["plan", "softmax", "--catalog-dir", str(store_dir),
                  "--target", "cmp@abcdef0"]) != 0
     assert "unknown revision" in capsys.readouterr().err
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 KiB tmpfs (root only, where the machine lets a test mount one), so
+    disk-full and read-only faults come from the kernel, not from a replaced function."""
+    import shutil
+    import subprocess
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this machine refuses a tmpfs mount: {made.stderr.strip()}")
+    try:
+        (mnt / "catalogs").mkdir()
+        yield mnt / "catalogs"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fs_client(directory: Path) -> TestClient:
+    app = create_app(Settings(writable_catalog_dir=directory, token=TOKEN, pool_workers=1))
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def test_a_really_full_disk_is_507_and_nothing_changes(small_fs: Path) -> None:
+    with _fs_client(small_fs) as client:
+        etag = create(client, "full")
+        before = snapshot(small_fs)
+        with open(small_fs.parent / "filler", "wb", buffering=0) as f:  # every free block
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+        r = client.put("/v1/catalogs/full", content=catalog("full", " edited"),
+                       headers={**AUTH, "If-Match": f'"{etag}"'})
+        assert r.status_code == 507 and r.json()["kind"] == "insufficient-storage", r.text
+        assert snapshot(small_fs) == before
+
+
+def test_a_really_read_only_filesystem_is_503_and_nothing_changes(small_fs: Path) -> None:
+    import subprocess
+
+    with _fs_client(small_fs) as client:
+        etag = create(client, "ro")
+        before = snapshot(small_fs)
+        subprocess.run(["mount", "-o", "remount,ro", str(small_fs.parent)], check=True)
+        try:
+            r = client.put("/v1/catalogs/ro", content=catalog("ro", " edited"),
+                           headers={**AUTH, "If-Match": f'"{etag}"'})
+            gone = client.delete("/v1/catalogs/ro", headers={**AUTH, "If-Match": f'"{etag}"'})
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(small_fs.parent)], check=True)
+        assert r.status_code == 503 and r.json()["kind"] == "read-only-storage", r.text
+        assert gone.status_code == 503, gone.text
+        assert snapshot(small_fs) == before
