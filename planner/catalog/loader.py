@@ -28,8 +28,11 @@ from planner.catalog.model import (
     AccessRule,
     Backend,
     BankGeometry,
+    CopyEngine,
+    CopyMode,
     CostModel,
     CpuIsa,
+    Operation,
     Resource,
     ResourceClassDecl,
     Scope,
@@ -191,6 +194,7 @@ class _Checker:
             self._check_resource(res)
         self._check_access()
         self._check_cpu()
+        self._check_copy_engines()
 
     def _unique(self, objects: list[Parsed], what: str) -> dict[str, Parsed]:
         seen: dict[str, Parsed] = {}
@@ -289,6 +293,39 @@ class _Checker:
                                    f"feature {feature!r} listed twice")
                 seen.add(feature)
 
+    def _check_copy_engines(self) -> None:
+        """Each engine names known scopes and resources, and its issuing scope may use
+        them: ``copy_async`` access for an async engine (the hardware moves the data),
+        ``read`` of each source and ``write`` of each destination for a prefetching one
+        (the issuer copies itself)."""
+        engines = _objects(self.top["copy_engines"])
+        self._unique(engines, "copy engine")
+        granted: dict[tuple[object, object], set[object]] = {}
+        for rule in _objects(self.top["access"]):
+            ops = rule["operations"]
+            if isinstance(ops, ParsedList):
+                granted.setdefault((rule["scope"], rule["resource"]), set()).update(ops.items)
+        for eng in engines:
+            self._ref(eng, "scope", self.scopes, "scope")
+            for key, plain in (("from", Operation.READ), ("to", Operation.WRITE)):
+                names = eng[key]
+                if not isinstance(names, ParsedList):
+                    continue
+                for i, (res, loc) in enumerate(zip(names.items, names.locs, strict=True)):
+                    if res is INVALID:
+                        continue
+                    path = f"{names.path}[{i}]"
+                    if res not in self.resources:
+                        self.ctx.error(loc, path, f"unknown resource {res!r}"
+                                                  f"{did_you_mean(str(res), list(self.resources))}")
+                        continue
+                    need = Operation.COPY_ASYNC if eng["mode"] is CopyMode.ASYNC else plain
+                    if _valid(eng["scope"]) and need not in granted.get((eng["scope"], res), ()):
+                        self.ctx.error(loc, path,
+                                       f"copy engine {eng['name']!r} ({eng['mode']}) is issued "
+                                       f"by scope {eng['scope']!r}, which has no {need.value!r} "
+                                       f"access to resource {res!r} (add it to 'access')")
+
     def _no_repeats(self, ops: object) -> None:
         if not isinstance(ops, ParsedList):
             return
@@ -346,6 +383,7 @@ def _build(top: Parsed, filename: str, content_hash: str) -> Target:
         classes=tuple(ResourceClassDecl(c["name"], c["description"], c.loc)
                       for c in _objects(top["classes"])),
         cpu=_cpu(top["cpu"]),
+        copy_engines=tuple(_copy_engine(e) for e in _objects(top["copy_engines"])),
         content_hash=content_hash,
         source=filename,
         loc=top.loc,
@@ -375,6 +413,12 @@ def _resource(r: Parsed) -> Resource:
         description=r["description"],
         loc=r.loc,
     )
+
+
+def _copy_engine(e: Parsed) -> CopyEngine:
+    return CopyEngine(e["name"], e["mode"], e["scope"], tuple(e["from"].items),
+                      tuple(e["to"].items), e["bandwidth"], e["issue"], e["in_flight"],
+                      e["wait"], e["description"], e.loc)
 
 
 def _cpu(c: object) -> CpuIsa | None:

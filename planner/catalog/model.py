@@ -59,6 +59,13 @@ class Coherence(StrEnum):
     NONE = "none"  # never shared: only the owning instance touches it
 
 
+class CopyMode(StrEnum):
+    """How a copy engine moves data (asynchronous copies, S9)."""
+
+    ASYNC = "async"  # a hardware engine copies while the issuer computes; done at the wait
+    PREFETCH = "prefetch"  # the issuer copies itself, its source prefetched ahead of use
+
+
 class Backend(StrEnum):
     """Code generators that can run a plan for a target."""
 
@@ -152,6 +159,31 @@ class AccessRule:
 
 
 @dataclass(frozen=True, slots=True)
+class CopyEngine:
+    """An engine members of ``scope`` use for ``memory.copy_async`` from a resource in
+    ``sources`` into one in ``destinations``: ``bandwidth`` bytes per cycle per issuing
+    instance, ``issue`` cycles of the issuer per copy, at most ``in_flight`` copies
+    outstanding per issuer, completed by the wait spelled ``wait``."""
+
+    name: str
+    mode: CopyMode
+    scope: str
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
+    bandwidth: float
+    issue: float
+    in_flight: int
+    wait: str
+    description: str = ""
+    loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+
+    def moves(self, scope: str, source: str, destination: str) -> bool:
+        """Whether members of ``scope`` may copy ``source`` → ``destination`` with it."""
+        return scope == self.scope and source in self.sources \
+            and destination in self.destinations
+
+
+@dataclass(frozen=True, slots=True)
 class CostModel:
     """Throughput per instance of the default parallel scope, in ops (flops) per cycle."""
 
@@ -202,6 +234,7 @@ class Target:
     costs: CostModel
     classes: tuple[ResourceClassDecl, ...] = ()
     cpu: CpuIsa | None = None  # what llvm-cpu code is compiled for (its ``cpu:`` section)
+    copy_engines: tuple[CopyEngine, ...] = ()  # engines for memory.copy_async, file order
     content_hash: str = ""  # sha256 of the file text
     source: str = field(default="<unknown>", compare=False)
     loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
@@ -247,6 +280,12 @@ class Target:
         self.scope(scope)
         self.resource(resource)
         return (scope, resource, Operation(op)) in self._access
+
+    def copy_engines_for(self, scope: str, source: str, destination: str
+                         ) -> tuple[CopyEngine, ...]:
+        """The engines (file order) members of ``scope`` may use to copy ``source`` into
+        ``destination``; none: such a copy runs synchronously (load, then store)."""
+        return tuple(e for e in self.copy_engines if e.moves(scope, source, destination))
 
     def is_ancestor_or_self(self, a: str, b: str) -> bool:
         """Whether scope ``a`` is ``b`` or one of its ancestors."""

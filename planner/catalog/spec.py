@@ -19,7 +19,7 @@ from enum import Enum
 
 import yaml
 
-from planner.catalog.model import Backend, Coherence, Operation
+from planner.catalog.model import Backend, Coherence, CopyMode, Operation
 from planner.catalog.units import BYTE_SIZE_PATTERN, ByteSizeError, parse_byte_size
 from planner.errors import Diagnostic, SourceLoc
 
@@ -468,6 +468,21 @@ ACCESS = ObjectSpec("Access", "members of a scope may apply operations to a reso
     Key("operations", OPERATIONS, "the operations allowed"),
 ))
 
+COPY_ENGINE = ObjectSpec("CopyEngine", "an engine that performs memory.copy_async", (
+    Key("name", NAME, "the engine name plans report (e.g. tma, cp_async, dma)"),
+    Key("mode", Choice(CopyMode, "copy mode"),
+        "async: a hardware engine copies while the issuer computes, done at the wait; "
+        "prefetch: the issuer copies itself, the source prefetched ahead of use"),
+    Key("scope", NAME, "the scope whose members issue and wait for the copies"),
+    Key("from", ListOf(NAME, min_items=1), "resources it reads"),
+    Key("to", ListOf(NAME, min_items=1), "resources it writes"),
+    Key("bandwidth", POSITIVE, "bytes per cycle per issuing instance"),
+    Key("issue", NON_NEGATIVE, "cycles of the issuer per copy"),
+    Key("in_flight", POSITIVE_INT, "copies outstanding per issuing instance"),
+    Key("wait", FREE_TEXT, "the spelling of the wait that completes a copy"),
+    Key("description", FREE_TEXT, "what the engine is", required=False, default=""),
+))
+
 COSTS = ObjectSpec("Costs", "cost figures per instance of the default parallel scope", (
     Key("clock_ghz", POSITIVE, "clock frequency in GHz"),
     Key("concurrent_instances", POSITIVE_INT,
@@ -505,9 +520,12 @@ TARGET = ObjectSpec("Target", "a planner target catalog", (
     Key("resources", ListOf(Object(RESOURCE), min_items=1), "physical resources"),
     Key("access", ListOf(Object(ACCESS)), "the can_access relation, entry by entry"),
     Key("costs", Object(COSTS), "cost figures"),
+    Key("copy_engines", ListOf(Object(COPY_ENGINE)),
+        "engines for memory.copy_async; without one a copy runs synchronously",
+        required=False, default=()),
     Key("cpu", Object(CPU), "vector width and LLVM CPU/features; required with backend "
         "llvm-cpu", required=False),
 ))
 
 OBJECT_SPECS: tuple[ObjectSpec, ...] = (TARGET, CLASS, SCOPE, RESOURCE, BANKS, SYNC, ACCESS,
-                                        COSTS, CPU)
+                                        COSTS, CPU, COPY_ENGINE)
