@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from planner.errors import UNKNOWN_LOC, SourceLoc
 from planner.ir.dtypes import DType
-from planner.ir.expr import Expr, Sym
+from planner.ir.expr import Const, Expr, Sym
 from planner.ir.layout import Layout
 from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
@@ -187,6 +187,9 @@ class OpSpec:
     attrs: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
     pure: bool = True
+    #: properties the text and JSON forms leave out while they hold their default (a
+    #: whole-Memory ``memory.store`` has no window), so older IR reads and prints as before
+    optional: tuple[str, ...] = ()
 
 
 class Block:
@@ -482,15 +485,42 @@ class AllocOp(Op):
 
 @dataclass(eq=False)
 class MemStoreOp(Op):
-    SPEC = OpSpec("memory.store", "write a whole tile; defines the next MemoryState (S9)",
-                  operands=("memory", "state", "tile"), pure=False)
+    """Write a tile into a Memory; defines its next MemoryState (S9).
+
+    Without ``offsets``/``shape`` the tile is the whole Memory.  With them it is the
+    window ``offsets`` +: ``shape`` (the tile's shape), which must lie inside the Memory;
+    the elements outside the window keep the reaching state's values.  A windowed store
+    is what lets the instances of a child ``parallel`` write an ancestor's Memory: each
+    instance writes its own window, proved disjoint from every other instance's, and
+    the parallel joins their states into one (S16, range-aware MemorySSA; see
+    :class:`ParallelOp`).
+    """
+
+    SPEC = OpSpec("memory.store", "write a tile into the whole memory, or into the window "
+                  "`offsets` +: `shape`; defines the next MemoryState (S9, S16)",
+                  operands=("memory", "state", "tile"), attrs=("offsets", "shape"),
+                  pure=False, optional=("offsets", "shape"))
     memory: Value
     state: Value
     tile: Value
+    offsets: tuple[Expr, ...] = ()
+    shape: tuple[Expr, ...] = ()
 
     def result_types(self) -> list[IRType]:
         mt = _memory(self.memory)
         return [StateType(mt.dtype, mt.shape)]
+
+    @property
+    def windowed(self) -> bool:
+        """Whether this store writes a window rather than the whole Memory."""
+        return bool(self.offsets or self.shape)
+
+    def window(self) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
+        """The written window as (offsets, shape); the whole Memory when not windowed."""
+        if self.windowed:
+            return self.offsets, self.shape
+        shape = _memory(self.memory).shape
+        return tuple(Const(0) for _ in shape), shape
 
 
 @dataclass(eq=False)
@@ -562,18 +592,37 @@ class WaitOp(Op):
 #: The async-copy ops, which planning and lowering do not know yet (see planner.ir.graph).
 ASYNC_COPY_OPS: tuple[type[Op], ...] = (CopyAsyncOp, WaitOp)
 
+#: The ops that define a Memory's next state by writing it (a store, a copy into it).
+MEMORY_WRITE_OPS: tuple[type[Op], ...] = (MemStoreOp, CopyAsyncOp)
+
 
 # --------------------------------------------------------------------------- regions
 
 
 @dataclass(eq=False)
 class ParallelOp(Op):
-    SPEC = OpSpec("region.parallel", "spatial instances over `axes`, bound to `scope`",
-                  attrs=("label", "axes", "scope"), regions=("body",), pure=False)
+    """Spatial instances over ``axes``, bound to ``scope`` (an owner, S5).
+
+    ``inits`` are the reaching MemoryStates of ancestor Memories that the instances
+    write windows of (S16, range-aware MemorySSA).  Every instance starts from the
+    same state (its block argument) and ends with a ``region.yield`` of its last state;
+    the instances write disjoint windows, so the region's result is one joined state:
+    the init with every instance's windows written.  A parallel that writes no
+    ancestor Memory has no inits, block arguments, yield or results.
+    """
+
+    SPEC = OpSpec("region.parallel", "spatial instances over `axes`, bound to `scope`; "
+                  "carried ancestor MemoryStates are joined into the results (S16)",
+                  variadic="inits", attrs=("label", "axes", "scope"), regions=("body",),
+                  pure=False)
     label: str
     axes: tuple[Axis, ...]
     scope: str  # "AUTOMATIC" or a target scope name
+    inits: tuple[Value, ...] = ()
     body: Block = field(default_factory=Block)
+
+    def result_types(self) -> list[IRType]:
+        return [v.type for v in self.inits]
 
 
 @dataclass(eq=False)

@@ -14,7 +14,11 @@ value is yielded, and the handle the name now holds is rebound to the region's
 result, so code after the loop sees the value after the last iteration.  Memory
 states are carried the same way through the Memory handle, which is stable (it is
 movable, not copyable: ``copy.copy`` raises).  Limitation: two Python names bound
-to one handle before a region cannot be told apart; rebind only one of them.
+to one handle before a region cannot be told apart; rebind only one of them.  A
+``parallel`` region carries the state of an ancestor's Memory its instances write (each
+its own window: ``acc(coord(r0, 0), shape(t, n)).store(tile)``) the same way, and its
+result is the joined state (S16, range-aware MemorySSA; the verifier proves the
+instances' windows disjoint).
 
 Every op records the user's file, line and 1-based column (the first frame outside
 ``planner``; the column comes from ``co_positions()`` of the frame's current
@@ -718,8 +722,18 @@ class Memory:
         if tile.shape != mt.shape or tile.dtype != mt.dtype:
             raise error(f"store of {tile.type} into {mt}: shape and element type must match",
                         _user_loc(), rule="S10")
+        self._emit_store(tile, (), ())
+
+    def __call__(self, offsets: tuple[Expr, ...], s: Shape) -> MemoryWindow:
+        """``acc(coord(r0, 0), shape(t, n))``: a window of this Memory, to ``.store()`` a
+        tile into (each instance of a child parallel writing its own window, S16) or to
+        ``copy_async`` from."""
+        return MemoryWindow(self, tuple(as_expr(o) for o in offsets), _extents(s))
+
+    def _emit_store(self, tile: Tile, offsets: tuple[Expr, ...], extents: tuple[Expr, ...]
+                    ) -> None:
         self._name_from_caller()
-        op = _emit(core.MemStoreOp(self.value, self.state, tile.value))
+        op = _emit(core.MemStoreOp(self.value, self.state, tile.value, offsets, extents))
         op.result.name_hint = self.value.name_hint
         self.state = op.result
 
@@ -728,7 +742,8 @@ class Memory:
         self._name_from_caller()
         return _new(core.MemLoadOp(self.value, self.state))
 
-    def copy_async(self, src: SubView | Tile | Memory, fill: float | None = None) -> Token:
+    def copy_async(self, src: SubView | Tile | Memory | MemoryWindow,
+                   fill: float | None = None) -> Token:
         """Start copying ``src`` into this Memory; returns the completion token.
 
         ``src`` is a view window (``A(coord(...), shape(...))``, or ``A[coord(...),
@@ -762,13 +777,18 @@ class Memory:
             fill_value = 0.0 if fill is None else fill
             source = (src.view.value,)
             src_dtype = src.view.type.dtype
-        elif isinstance(src, Memory):
-            smt = src.value.type
+        elif isinstance(src, Memory | MemoryWindow):
+            whole = src if isinstance(src, Memory) else src.memory
+            smt = whole.value.type
             assert isinstance(smt, MemoryType)
-            src._name_from_caller()
-            offsets = tuple(as_expr(0) for _ in smt.shape)
-            extents, fill_value = smt.shape, 0.0 if fill is None else fill
-            source = (src.value, src.state)
+            whole._name_from_caller()
+            if isinstance(src, MemoryWindow):
+                src.check_rank()
+                offsets, extents = src.offsets, src.extents
+            else:
+                offsets, extents = tuple(as_expr(0) for _ in smt.shape), smt.shape
+            fill_value = 0.0 if fill is None else fill
+            source = (whole.value, whole.state)
             src_dtype = smt.dtype
         else:
             raise _user_error(f"copy_async of {type(src).__name__}: the source is a view "
@@ -791,6 +811,44 @@ class Memory:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Memory:
         raise TypeError("Memory is movable, not copyable (S10): borrow it by reference")
+
+
+class MemoryWindow:
+    """``acc(coord(r0, 0), shape(t, n))``: the window ``offsets`` +: ``extents`` of a Memory.
+
+    ``.store(tile)`` writes the tile into just the window (``memory.store`` with
+    ``offsets``/``shape``).  Inside a child ``parallel`` this is how the instances write
+    an ancestor's Memory: the verifier proves each instance's window disjoint from every
+    other instance's and inside the Memory (S16), and after the region the Memory holds
+    all the windows (the region joins the instances' states into one).
+    """
+
+    __slots__ = ("extents", "memory", "offsets")
+
+    def __init__(self, memory: Memory, offsets: tuple[Expr, ...], extents: tuple[Expr, ...]
+                 ) -> None:
+        self.memory, self.offsets, self.extents = memory, offsets, extents
+
+    def check_rank(self) -> None:
+        mt = self.memory.value.type
+        assert isinstance(mt, MemoryType)
+        if len(self.offsets) != len(mt.shape) or len(self.extents) != len(mt.shape):
+            raise _user_error(f"a window of {len(self.offsets)} offsets and "
+                              f"{len(self.extents)} extents on rank-{len(mt.shape)} memory "
+                              f"{mt}: give one offset and one extent per dim", rule="S16")
+
+    def store(self, tile: Tile) -> None:
+        """Store ``tile``, whose shape must be the window's and dtype the Memory's."""
+        mt = self.memory.value.type
+        assert isinstance(mt, MemoryType)
+        self.check_rank()
+        if tile.dtype != mt.dtype or len(tile.shape) != len(self.extents) or any(
+                not _same_extent(a, b) for a, b in zip(tile.shape, self.extents, strict=True)):
+            raise _user_error(
+                f"store of {tile.type} into a window [{', '.join(map(str, self.extents))}] of "
+                f"{mt}: the tile's shape must be the window's declared shape and its element "
+                "type the Memory's", rule="S10")
+        self.memory._emit_store(tile, self.offsets, self.extents)
 
 
 class Token:
@@ -876,20 +934,19 @@ class _RegionCapture:
             raise error(f"Tile {name!r} defined outside parallel region {self.op.label!r} is "
                         "rebound inside it: spatial instances cannot carry values; declare it "
                         "inside the region", self.op.loc, rule="S1")
-        for m in changed:  # the verifier reports S16; keep the outer state visible outside
-            m.state = self.before_states[id(m)]
+        # An ancestor Memory written inside: each instance starts from the state before the
+        # region (a block argument) and yields its last one; the region's result is the
+        # joined state (S16).  The verifier proves the instances' windows disjoint.
+        carried = [(self.before_states[id(m)], m.state) for m in changed]
+        results = self._carry(carried, [m.value.name_hint for m in changed])
+        for m, res in zip(changed, results, strict=True):
+            m.state = res
 
-    def _close_loop(self, rebound: list[tuple[str, Tile, Value]], changed: list[Memory]) -> None:
+    def _carry(self, carried: list[tuple[Value, Value]], hints: list[str | None]
+               ) -> list[Value]:
+        """Make ``carried`` (init outside, final inside) block arguments of the region,
+        yielded at its end; returns the region's results."""
         op = self.op
-        assert isinstance(op, core.LoopOp)
-        carried: list[tuple[Value, Value]] = []  # (init outside, final inside)
-        for name, handle, old in rebound:
-            old.name_hint = old.name_hint or name
-            carried.append((old, handle.value))
-        for m in changed:
-            carried.append((self.before_states[id(m)], m.state))
-        hints = [init.name_hint for init, _ in carried[:len(rebound)]]
-        hints += [m.value.name_hint for m in changed]
         args = []
         for (init, _), hint in zip(carried, hints, strict=True):
             arg = Value(init.type, hint)
@@ -898,14 +955,27 @@ class _RegionCapture:
             _replace_uses(op.body, init, arg)
         op.body.args = args
         op.inits = tuple(init for init, _ in carried)
-        op.body.append(core.YieldOp(tuple(final for _, final in carried), loc=op.loc))
+        if carried or isinstance(op, core.LoopOp):
+            op.body.append(core.YieldOp(tuple(final for _, final in carried), loc=op.loc))
         op.results = [Value(a.type, a.name_hint) for a in args]
         for r in op.results:
             r.owner = op
-        for (name, handle, _), res in zip(rebound, op.results, strict=False):
+        return op.results
+
+    def _close_loop(self, rebound: list[tuple[str, Tile, Value]], changed: list[Memory]) -> None:
+        carried: list[tuple[Value, Value]] = []  # (init outside, final inside)
+        for name, handle, old in rebound:
+            old.name_hint = old.name_hint or name
+            carried.append((old, handle.value))
+        for m in changed:
+            carried.append((self.before_states[id(m)], m.state))
+        hints = [init.name_hint for init, _ in carried[:len(rebound)]]
+        hints += [m.value.name_hint for m in changed]
+        results = self._carry(carried, hints)
+        for (name, handle, _), res in zip(rebound, results, strict=False):
             handle.value = res
             res.name_hint = name
-        for m, res in zip(changed, op.results[len(rebound):], strict=True):
+        for m, res in zip(changed, results[len(rebound):], strict=True):
             m.state = res
 
 

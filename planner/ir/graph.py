@@ -67,25 +67,64 @@ def _eval(e: Expr, env: Mapping[str, int] | None) -> int | None:
     return e.evaluate(env)
 
 
+#: Ops the IR, verifier and interpreter know but planning and lowering do not yet.
+UNPLANNABLE_OPS: tuple[type[Op], ...] = ()
+
+
+def window_store_refusals(kernel: Kernel) -> list[Diagnostic]:
+    """One refusal per windowed ``memory.store`` (S16): realize, solve and the backends
+    treat every Memory store as a whole-Memory write, so they would write the tile at the
+    Memory's origin; and a child parallel writing an ancestor's Memory needs its join
+    (a barrier on Metal) lowered.  The verifier and the interpreter support both."""
+    out = []
+    for op in kernel.walk():
+        if not (isinstance(op, core.MemStoreOp) and op.windowed):
+            continue
+        region = _writing_parallel(op)
+        where = (f"from each instance of child parallel region {region.label!r} into an "
+                 "ancestor's Memory (range-aware MemorySSA, S16)" if region is not None
+                 else "of a window of its Memory")
+        out.append(Diagnostic(
+            f"kernel {kernel.name!r} uses a windowed memory.store at line {op.loc.line} "
+            f"{where}: planning and lowering support only whole-Memory stores yet, so they "
+            "refuse it (the verifier and the reference interpreter support it: "
+            "`planner check`, `planner interpret`)", op.loc, "S16"))
+    return out
+
+
+def _writing_parallel(op: core.MemStoreOp) -> ParallelOp | None:
+    """The outermost parallel around ``op`` below the declaration of its Memory, if any."""
+    alloc = op.memory.owner
+    home = alloc.parent if isinstance(alloc, Op) else None
+    found, block = None, op.parent
+    while block is not None and block is not home and block.parent is not None:
+        region = block.parent
+        if isinstance(region, ParallelOp):
+            found = region
+        block = region.parent
+    return found
+
+
 def refuse_unplannable(kernel: Kernel) -> None:
     """Raise PlannerError (kind ``unsupported``) naming each op planning cannot handle.
 
-    Today these are the asynchronous copies (``memory.copy_async``, ``memory.wait``):
-    the IR, verifier and interpreter know them, planning and lowering do not yet.  Called
-    by :func:`dataflow_graph`, which planning and lowering under a plan both build.
+    Today there are none (asynchronous copies are planned since issue 12; how each runs
+    is :mod:`planner.realize.copies`).  Called by :func:`dataflow_graph`, which planning
+    and lowering under a plan both build.
     """
     found: dict[str, list[Op]] = {}
     for op in kernel.walk():
-        if isinstance(op, core.ASYNC_COPY_OPS):
+        if isinstance(op, UNPLANNABLE_OPS):
             found.setdefault(op.SPEC.name, []).append(op)
     diags = []
     for name, ops in found.items():
         more = f" (and {len(ops) - 1} more)" if len(ops) > 1 else ""
         diags.append(Diagnostic(
-            f"kernel {kernel.name!r} uses {name} at line {ops[0].loc.line}{more}: async-copy "
-            "planning is not built yet, so planning and lowering refuse it (the verifier and "
+            f"kernel {kernel.name!r} uses {name} at line {ops[0].loc.line}{more}: planning "
+            "it is not built yet, so planning and lowering refuse it (the verifier and "
             "the reference interpreter support it: `planner check`, `planner interpret`)",
             ops[0].loc))
+    diags += window_store_refusals(kernel)
     if diags:
         raise PlannerError(diags, kind="unsupported")
 
@@ -178,8 +217,9 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
                 key = add_node(f"op{id(op)}", op, tile_results[0], region, op_kind(op),
                                cost_class(op))
                 node_of[id(tile_results[0])] = key
-            elif tile_operands and not isinstance(op, core.YieldOp):
-                key = consumer_node(op, region)
+            elif (tile_operands and not isinstance(op, core.YieldOp)) \
+                    or isinstance(op, core.CopyAsyncOp):
+                key = consumer_node(op, region)  # a copy: a sink without Tile operands
             else:
                 key = None
             if key is not None:

@@ -25,7 +25,11 @@ Regions
     axes): pipeline stages, windows and intervals are scheduling properties, not
     semantics.  Carried values are the body's block arguments, fed by ``inits`` and
     replaced by the terminating ``yield``; the loop's results are the carried values
-    after the last iteration, or the inits when it runs zero times.
+    after the last iteration, or the inits when it runs zero times.  A parallel region
+    may carry the MemoryStates of ancestor Memories its instances write windows of
+    (S16): every instance starts from the memory's current state, and the region's
+    result is the joined state, the memory with every instance's windows written (the
+    verifier proved them disjoint, so running the instances in turn is their meaning).
 
 Views
     ``tile.load`` reads the window ``[offsets, offsets + shape)``; elements outside the
@@ -39,7 +43,9 @@ Memory (S9–S14)
     ``INT32_MIN`` for i32, ``True`` for i1, which has no spare value), so data read
     from padding or before a store is visible as poison rather than zero (there is
     no implicit zero fill).  ``memory.store`` scatters the tile through
-    ``layout.offsets(env)`` (evaluated with the environment of the alloc); ``memory.load``
+    ``layout.offsets(env)`` (evaluated with the environment of the alloc); a windowed
+    one (``offsets``/``shape``) scatters it into just that window, which must lie inside
+    the memory (S16; an empty window writes nothing); ``memory.load``
     gathers a dense copy: a snapshot that later stores do not change.  The layout
     must map into the storage and be injective (S13).  A MemoryState value is a
     reference to its memory's storage plus the store count it was defined at; using
@@ -615,13 +621,36 @@ class Interpreter:
         _check_not_in_flight(op, alloc)
         tile = self._tile(op.tile, op)
         m = alloc.mapping
-        if tile.shape != m.shape or tile.dtype != alloc.storage.dtype:
+        if op.windowed:
+            self._store_window(op, alloc, tile)
+        elif tile.shape != m.shape or tile.dtype != alloc.storage.dtype:
             raise _fail(op, f"storing a {tile.dtype}{list(tile.shape)} tile into memory "
                             f"{_name(alloc.op)} of {alloc.storage.dtype}{list(m.shape)}", "S10")
-        if m.offsets is not None:
+        elif m.offsets is not None:
             alloc.storage[m.offsets] = tile
         alloc.stores += 1
         self.vals[op.result] = _State(alloc, alloc.stores)
+
+    def _store_window(self, op: core.MemStoreOp, alloc: Allocation, tile: np.ndarray) -> None:
+        """Scatter ``tile`` into the window ``offsets`` +: ``shape`` only (S16)."""
+        m = alloc.mapping
+        shp = self._shape(op.shape, op, "window")
+        if len(op.offsets) != len(m.shape) or len(shp) != len(m.shape):
+            raise _fail(op, f"a window of rank {len(shp)} with {len(op.offsets)} offsets on "
+                            f"memory {_name(alloc.op)} of rank {len(m.shape)}", "S16")
+        if tile.shape != shp or tile.dtype != alloc.storage.dtype:
+            raise _fail(op, f"storing a {tile.dtype}{list(tile.shape)} tile into a window "
+                            f"{list(shp)} of memory {_name(alloc.op)} of "
+                            f"{alloc.storage.dtype}", "S10")
+        if 0 in shp or m.offsets is None:
+            return  # an empty window writes nothing and evaluates no offsets (S14)
+        lo = tuple(self._eval(o) for o in op.offsets)
+        if any(a < 0 or a + n > ext for a, n, ext in zip(lo, shp, m.shape, strict=True)):
+            span = " x ".join(f"[{a}, {a + n})" for a, n in zip(lo, shp, strict=True))
+            raise _fail(op, f"the window {span} is outside memory {_name(alloc.op)} of shape "
+                            f"{list(m.shape)}", "S16")
+        window = tuple(slice(a, a + n) for a, n in zip(lo, shp, strict=True))
+        alloc.storage[m.offsets[window]] = tile
 
     def _mem_load(self, op: core.MemLoadOp) -> None:
         alloc = self._state(op)
@@ -673,16 +702,35 @@ class Interpreter:
         return [range(n) for n in self._shape(tuple(a.extent for a in op.axes), op, "axes")]
 
     def _parallel(self, op: core.ParallelOp) -> None:
+        """Runs the instances in turn.  A carried state (an ancestor Memory the instances
+        write windows of, S16) is the memory's current state at the start of every
+        instance, the instances' windows being disjoint; the result is the joined state,
+        the memory with every instance's windows written."""
         names = [a.index.name for a in op.axes]
-        env = self.env
+        env, vals = self.env, self.vals
         saved = {n: env[n] for n in names if n in env}
-        body = op.body
+        body, args = op.body, op.body.args
+        if len(args) != len(op.inits):
+            raise _fail(op, f"{len(op.inits)} inits for {len(args)} carried block arguments")
+        allocs = []
+        for init in op.inits:
+            state = vals.get(init)
+            if not isinstance(state, _State):
+                raise _fail(op, "a parallel region carries only MemoryStates", "S1")
+            allocs.append(self._state(op, state.alloc.op.memory, init))
         for combo in itertools.product(*self._extents(op)):
             env.update(zip(names, combo, strict=True))
-            self._block(body)
+            vals.update((a, _State(alloc, alloc.stores))
+                        for a, alloc in zip(args, allocs, strict=True))
+            yielded = self._block(body)
+            if len(yielded or ()) != len(args):
+                raise _fail(op, f"the parallel body yields {len(yielded or ())} values for "
+                                f"{len(args)} carried states")
         for n in names:
             env.pop(n, None)
         env.update(saved)
+        for r, alloc in zip(op.results, allocs, strict=True):
+            vals[r] = _State(alloc, alloc.stores)
 
     def _loop(self, op: LoopOp) -> None:
         names = [a.index.name for a in op.axes]

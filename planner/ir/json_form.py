@@ -52,7 +52,14 @@ from planner.ir.core import (
 from planner.ir.dtypes import DType
 from planner.ir.expr import Expr, ExprSyntaxError, const, parse_expr
 from planner.ir.layout import Layout, XorSwizzle
-from planner.ir.printer import AttrField, AttrKind, ValueNamer, attr_fields, display_path
+from planner.ir.printer import (
+    AttrField,
+    AttrKind,
+    ValueNamer,
+    attr_fields,
+    display_path,
+    shown_attrs,
+)
 from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
 FORMAT = "planner.tile-ir"
@@ -159,8 +166,7 @@ class _Writer:
             "op": op.SPEC.name,
             "operands": [self.namer[v] for v in op.operands()],
             "results": [self.value(r) for r in op.results],
-            "attrs": {f.name: attr_to_json(getattr(op, f.name), f)
-                      for f in attr_fields(type(op))},
+            "attrs": {f.name: attr_to_json(value, f) for f, value in shown_attrs(op)},
             "regions": [self.block(b) for b in op.region_blocks()],
             "loc": _loc_json(op.loc, self.base_dir),
         }

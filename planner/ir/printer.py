@@ -29,6 +29,9 @@ xDSL bridge is a printer tweak, not a new format::
                         a catalog defines: ``#resource<psum>`` (S6)
   ===================  ===================================================
 
+* A property an op's ``SPEC.optional`` names is left out while it holds its default,
+  and the parsers restore it: a whole-Memory ``memory.store`` prints no window, a
+  windowed one ``<{offsets = [...], shape = [...]}>`` (S16).
 * The pipeline stage of an op is a discardable attribute ``{stage = "..."}``.
 * Value names come from name hints, made unique with ``_0``, ``_1``, ... suffixes;
   values without a hint are numbered.  Names are unique in the whole kernel.
@@ -134,6 +137,25 @@ def attr_fields(cls: type[Op]) -> tuple[AttrField, ...]:
             raise TypeError(f"{cls.__name__}.{name}: no text syntax for property type {hint}")
         out.append(AttrField(name, _KIND_OF_TYPE[hint], None, name not in defaults))
     return tuple(out)
+
+
+def shown_attrs(op: Op) -> list[tuple[AttrField, object]]:
+    """The properties of ``op`` the text and JSON forms write, with their values: all of
+    them but an ``SPEC.optional`` one holding its default (a whole-Memory store's empty
+    window), which the parsers restore."""
+    defaults = _defaults(type(op))
+    out = []
+    for f in attr_fields(type(op)):
+        value = getattr(op, f.name)
+        if f.name in op.SPEC.optional and f.name in defaults and value == defaults[f.name]:
+            continue
+        out.append((f, value))
+    return out
+
+
+@cache
+def _defaults(cls: type[Op]) -> dict[str, object]:
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 # --------------------------------------------------------------------------- scalar syntax
@@ -324,8 +346,7 @@ class Printer:
         results = ", ".join(self._ref(r) for r in op.results)
         head = pad + (f"{results} = " if results else "")
         head += f'"{op.SPEC.name}"(' + ", ".join(self._ref(v) for v in op.operands()) + ")"
-        props = ", ".join(f"{f.name} = {format_attr(getattr(op, f.name), f)}"
-                          for f in attr_fields(type(op)))
+        props = ", ".join(f"{f.name} = {format_attr(value, f)}" for f, value in shown_attrs(op))
         if props:
             head += f" <{{{props}}}>"
         self.op_lines[op] = len(self.lines) + 1

@@ -13,8 +13,15 @@ Verification order (each step assumes the previous ones passed for the op):
    through stores and loop carries); a store/load names the memory of its state
    (no swapping same-typed states); only the current state of a memory may be used
    (no reuse of an old state after a store); a carried memory yields its current
-   state; a store to an ancestor's Memory inside a child ``parallel`` is rejected
-   (an implementation gap, S16) while reads are fine.  An asynchronous copy
+   state.  **Range-aware writes (S16)**: a windowed ``memory.store`` writes only the
+   window ``offsets`` +: ``shape``, which z3 must prove inside the memory; inside a child
+   ``parallel`` it may write an ancestor's Memory, which the region carries (a block
+   argument per instance, a ``yield``) and joins into one state (its result), when z3
+   proves that no two instances write one element (the counterexample names the two
+   instances and the element; z3 giving up refuses the store as not proved).  A whole
+   ancestor store or copy inside a child parallel, and a read of a memory inside a
+   parallel whose instances write it, are rejected (S16); reads of an ancestor's memory
+   nothing in the region writes are fine.  An asynchronous copy
    (``memory.copy_async``) is a store whose state is readable only after ``memory.wait``
    on its token: reading the memory (or copying from it) before, a second wait, a wait in
    a loop/parallel body on a token from outside it, a store or copy into a memory whose
@@ -28,7 +35,9 @@ Verification order (each step assumes the previous ones passed for the op):
    the loop is provably ``>= 1`` for *every* admissible value of the symbols: their
    declared ``bounds`` (default ``0..2**31-1``), never the bindings of one run.  The
    proof is interval arithmetic first, then z3 under a time limit; z3 giving up
-   counts as "not provable".
+   counts as "not provable".  A windowed store defines an initialized state when the
+   state it overwrites was, or when z3 proves the window covers the memory; the join of a
+   parallel when its init was, or when the instances' windows provably cover it.
 5. **Allocations** (S5, S13, S14) — the resource constraint must be one the owner
    can have; whole-tile storage needs an injective layout; a known-empty
    allocation with surviving uses is rejected (unused ones are removed by
@@ -44,8 +53,9 @@ in ``planner.prove.proofs``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner.errors import Diagnostic, PlannerError, Severity, SourceLoc
 from planner.ir import core
@@ -53,7 +63,7 @@ from planner.ir.core import Block, Kernel, LoopOp, Op, ParallelOp, ResourceClass
 from planner.ir.dtypes import DType
 from planner.ir.expr import BINARY_FOLD, Apply, Const, Expr, ExprOp, Sym
 from planner.ir.layout import Layout, division_by_zero_message
-from planner.ir.types import MemoryType, StateType, TileType, TokenType, ViewType
+from planner.ir.types import IRType, MemoryType, StateType, TileType, TokenType, ViewType
 
 INT64_MAX = 2**63 - 1
 
@@ -325,8 +335,16 @@ class _Verifier:
             mt, t = op.memory.type, tile(op.tile, "stored value")
             if not isinstance(mt, MemoryType):
                 raise TypeError(f"operand must be a memory, got {mt}")
-            if (t.dtype, t.shape) != (mt.dtype, mt.shape):
-                self.err(op, "S10", f"{name}: cannot store {t} into {mt}")
+            if not op.windowed:
+                if (t.dtype, t.shape) != (mt.dtype, mt.shape):
+                    self.err(op, "S10", f"{name}: cannot store {t} into {mt}")
+            elif len(op.offsets) != len(mt.shape) or len(op.shape) != len(mt.shape):
+                self.err(op, "S16", f"{name}: a window of {len(op.offsets)} offsets and "
+                         f"{len(op.shape)} extents on a rank-{len(mt.shape)} memory {mt}")
+            elif t.dtype != mt.dtype or not _same_shape(t.shape, op.shape):
+                self.err(op, "S10", f"{name}: cannot store {t} into the window "
+                         f"{dims(op.shape)} of {mt}: the tile's shape must be the window's "
+                         "and its element type the memory's")
         elif isinstance(op, core.CopyAsyncOp):
             mt = op.memory.type
             if not isinstance(mt, MemoryType):
@@ -359,9 +377,9 @@ class _Verifier:
             for s in sorted(e.symbols() - symbols):
                 self.err(op, "S15", f"{op.SPEC.name}: symbol {s} is not a kernel extent nor "
                                     "the index of an enclosing region")
-        if isinstance(op, core.YieldOp) and not (op.parent and op.parent.parent
-                                                 and isinstance(op.parent.parent, LoopOp)):
-            self.err(op, "", "region.yield outside a loop body")
+        if isinstance(op, core.YieldOp) and not (
+                op.parent and isinstance(op.parent.parent, (LoopOp, ParallelOp))):
+            self.err(op, "", "region.yield outside a loop or parallel body")
 
     # ------------------------------------------------------------------ 3-5. memory
 
@@ -386,30 +404,174 @@ class _Verifier:
             if isinstance(op, core.MemLoadOp):
                 self.check_initialized(op, op.state)
                 self.check_readable(op, op.memory)
+                self.check_no_racing_read(op, op.memory)
                 return current
-            self.check_not_in_flight(op, op.memory)
-            if self.mem_depth.get(id(op.memory), 0) < parallel_depth:
-                self.err(op, "S16", f"store to {self.mem_name(op.memory)}, owned outside this "
-                         "parallel region, inside a child parallel: ancestor Memory writes in "
-                         "child parallel scopes are not supported yet (they need range-aware "
-                         "MemorySSA); reads are fine",
-                         [(self.alloc_of[id(op.memory)].loc, "the memory is declared here")
-                          if id(op.memory) in self.alloc_of else None])
-            self.state_memory[id(op.result)] = op.memory
-            self.initialized[id(op.result)] = True
-            return {**current, id(op.memory): op.result}
+            return self.mem_store(op, parallel_depth, current)
         if isinstance(op, ParallelOp):
-            self.block(op.body, [*scopes, _Scope(symbols={a.index.name for a in op.axes})],
-                       parallel_depth + 1, dict(current))
-            self.unwaited(op.body, f"before each instance of parallel region {op.label!r} "
-                          "ends")
-            return current
+            return self.parallel(op, scopes, parallel_depth, current)
         if isinstance(op, LoopOp):
             return self.loop(op, scopes, parallel_depth, current)
         return current
 
     def mem_name(self, mem: Value) -> str:
         return f"memory {value_name(mem)}"
+
+    def declared_note(self, mem: Value) -> tuple[SourceLoc, str] | None:
+        alloc = self.alloc_of.get(id(mem))
+        return (alloc.loc, "the memory is declared here") if alloc is not None else None
+
+    # ------------------------------------------------------------------ stores (S9, S16)
+
+    def mem_store(self, op: core.MemStoreOp, parallel_depth: int,
+                  current: dict[int, Value]) -> dict[int, Value]:
+        mem = op.memory
+        self.check_not_in_flight(op, mem)
+        ancestor = self.mem_depth.get(id(mem), 0) < parallel_depth
+        if ancestor and not op.windowed:
+            self.err(op, "S16", f"store to {self.mem_name(mem)}, owned outside this parallel "
+                     "region, inside a child parallel writes the whole memory from every "
+                     "instance: whole-Memory ancestor writes in child parallel scopes are not "
+                     "supported yet; store a window each instance owns, "
+                     "mem(coord(...), shape(...)).store(tile), which range-aware MemorySSA "
+                     "proves disjoint; reads are fine", [self.declared_note(mem)])
+        prior = self.initialized.get(id(op.state), True)
+        covered = prior or not op.windowed
+        if op.windowed and self.window_in_bounds(op) and not ancestor and not prior:
+            covered = _covers(op.memory.type, [(op, [])], _enclosing_indices(op),
+                              self.bounds) == "proved"
+        self.state_memory[id(op.result)] = mem
+        self.initialized[id(op.result)] = covered
+        if not covered:
+            self.uninit_reason[id(op.result)] = (
+                f"the window store at line {op.loc.line} writes only part of it and "
+                "nothing stored it whole before")
+        return {**current, id(mem): op.result}
+
+    def window_in_bounds(self, op: core.MemStoreOp) -> bool:
+        """S16: every non-empty window lies inside the memory, for every admissible value of
+        the symbols and region indices (z3; "unknown" refuses); report when not."""
+        mt = op.memory.type
+        if not isinstance(mt, MemoryType) or not (len(op.offsets) == len(op.shape)
+                                                  == len(mt.shape)):
+            return False  # op shape reports it
+        verdict, detail = _window_bounds(op, mt, self.bounds)
+        if verdict == "proved":
+            return True
+        where = (f"memory.store window {dims_text(op.offsets)} +: {dims_text(op.shape)} of "
+                 f"{self.mem_name(op.memory)} {dims_text(mt.shape)}")
+        if verdict == "refuted":
+            self.err(op, "S16", f"{where} is not inside the memory: {detail}; a window store "
+                     "must write only elements of the memory", [self.declared_note(op.memory)])
+        else:
+            self.err(op, "S16", f"{where}: z3 could not prove within {WINDOW_TIME_LIMIT_MS} ms "
+                     "that the window lies inside the memory, so the store is refused as not "
+                     "proved (declare bounds on the symbols, or simplify the offsets)")
+        return False
+
+    def check_no_racing_read(self, op: Op, mem: Value) -> None:
+        """S16: inside a parallel region whose instances write windows of ``mem``, a read of
+        ``mem`` would see other instances' windows while they are written."""
+        region = _carrying_parallel(op, mem, self.alloc_of.get(id(mem)), self.state_memory)
+        if region is not None:
+            self.err(op, "S16", f"{op.SPEC.name} reads {self.mem_name(mem)} inside parallel "
+                     f"region {region.label!r}, whose instances write windows of it: an "
+                     "instance would read other instances' windows while they are being "
+                     "written; read it after the region, where their states are joined",
+                     [(region.loc, "the parallel region is here")])
+
+    def parallel(self, op: ParallelOp, scopes: list[_Scope], parallel_depth: int,
+                 current: dict[int, Value]) -> dict[int, Value]:
+        """A parallel region; its carried ancestor MemoryStates are joined (S16)."""
+        body, args = op.body, op.body.args
+        symbols = {a.index.name for a in op.axes}
+        if len(args) != len(op.inits) or any(a.type != i.type for a, i in zip(args, op.inits,
+                                                                              strict=False)):
+            self.err(op, "", f"{op.SPEC.name} {op.label}: block arguments do not match inits")
+            return current
+        inner = dict(current)
+        carried: list[tuple[int, Value]] = []
+        for i, (arg, init) in enumerate(zip(args, op.inits, strict=True)):
+            mem = self.state_memory.get(id(init))
+            if mem is None:
+                self.err(op, "S1", f"parallel region {op.label!r} carries {value_name(init)} "
+                         f"({init.type}): spatial instances carry only the MemoryStates of "
+                         "ancestor memories they write windows of")
+                continue
+            self.use_state(op, mem, init, current)
+            self.state_memory[id(arg)] = mem
+            self.initialized[id(arg)] = self.initialized.get(id(init), True)
+            self.uninit_reason[id(arg)] = self.uninit_reason.get(id(init), "")
+            inner[id(mem)] = arg
+            carried.append((i, mem))
+        after = self.block(body, [*scopes, _Scope(symbols=symbols)], parallel_depth + 1, inner)
+        self.unwaited(body, f"before each instance of parallel region {op.label!r} ends")
+        term = body.ops[-1] if body.ops and isinstance(body.ops[-1], core.YieldOp) else None
+        if (term is None and args) or (term is not None and len(term.values) != len(args)):
+            self.err(op, "", f"{op.SPEC.name} {op.label}: the body must end with a yield of "
+                             f"its {len(args)} carried states")
+            return current
+        for mem_id, state in after.items():
+            if mem_id in current and current[mem_id] is not state and all(
+                    id(m) != mem_id for _, m in carried):
+                self.err(op, "S9", f"{self.mem_name(self.state_memory[id(state)])} is stored "
+                         f"inside parallel region {op.label!r} but its state is not carried "
+                         "out of it (the region must take it as an init and yield it)")
+        out = dict(current)
+        for i, mem in carried:
+            y = term.values[i] if term is not None else None
+            if y is None or self.state_memory.get(id(y)) is not mem:
+                other = self.state_memory.get(id(y)) if y is not None else None
+                self.err(term, "S15", f"region.yield carries a state of "
+                         f"{self.mem_name(other) if other else 'no memory'} in the slot of "
+                         f"{self.mem_name(mem)}: states cannot be swapped between memories")
+            elif after.get(id(mem)) is not y:
+                self.err(term, "S15", f"region.yield of {self.mem_name(mem)} yields an old "
+                                      "state: only the reaching state may be carried")
+            res = op.results[i]
+            self.state_memory[id(res)] = mem
+            init_ok = self.initialized.get(id(op.inits[i]), True)
+            self.initialized[id(res)] = init_ok
+            if self.mem_depth.get(id(mem), 0) == parallel_depth:  # the outermost writer
+                stores = self.disjoint_windows(op, mem)
+                if not init_ok:
+                    self.initialized[id(res)] = _covers(
+                        mem.type, stores, _enclosing_indices(op), self.bounds) == "proved"
+                    self.uninit_reason[id(res)] = (
+                        f"the instances of parallel region {op.label!r} store windows of it "
+                        "that are not proved to cover it, and nothing stored it whole before")
+            out[id(mem)] = res
+        return out
+
+    def disjoint_windows(self, op: ParallelOp, mem: Value
+                         ) -> list[tuple[core.MemStoreOp, list[Op]]]:
+        """S16: prove that no two instances of ``op`` (the outermost parallel writing the
+        ancestor memory ``mem``) write one element; report a counterexample otherwise.
+        Returns every store of ``mem`` inside with its regions from ``op`` down."""
+        stores = [(s, _regions_from(op, s)) for s in op.body.walk()
+                  if isinstance(s, core.MemStoreOp) and s.memory is mem]
+        windowed = [(s, path) for s, path in stores if s.windowed]  # whole ones are S16
+        for i, (a, path_a) in enumerate(windowed):
+            for b, path_b in windowed[i:]:
+                verdict, detail = _disjoint(a, path_a, b, path_b, _enclosing_indices(op),
+                                            self.bounds)
+                if verdict == "proved":
+                    continue
+                where = (f"memory.store into {self.mem_name(mem)} inside parallel region "
+                         f"{op.label!r}")
+                notes = [self.declared_note(mem)]
+                if b is not a:
+                    notes.insert(0, (b.loc, "the other window store is here"))
+                if verdict == "refuted":
+                    self.err(a, "S16", f"{where}: two instances write overlapping windows "
+                             f"(a race): {detail}; each instance must write a window no other "
+                             "instance writes", notes)
+                else:
+                    self.err(a, "S16", f"{where}: z3 could not prove within "
+                             f"{WINDOW_TIME_LIMIT_MS} ms that the instances' windows "
+                             f"{dims_text(a.offsets)} +: {dims_text(a.shape)} are disjoint, so "
+                             "the store is refused as not proved (simplify the offsets, or "
+                             "declare bounds on the symbols)", notes)
+        return stores
 
     # ------------------------------------------------------------------ async copies
 
@@ -446,6 +608,7 @@ class _Verifier:
             self.use_state(op, src_mem, src_state, current)
             self.check_initialized(op, src_state)
             self.check_readable(op, src_mem)
+            self.check_no_racing_read(op, src_mem)
         self.check_not_in_flight(op, mem)
         if self.mem_depth.get(id(mem), 0) < parallel_depth:
             self.err(op, "S16", f"asynchronous copy into {self.mem_name(mem)}, owned outside "
@@ -933,3 +1096,215 @@ def remove_unused_empty_allocs(kernel: Kernel, bindings: Mapping[str, int] | Non
             op.parent.ops.remove(op)
             removed.append(op)
     return removed
+
+
+# --------------------------------------------------------------- range-aware writes (S16)
+#
+# A windowed ``memory.store`` inside a child parallel writes an ancestor's Memory.  It is
+# legal when no two instances can write one element: for the outermost parallel ``P``
+# that carries the memory, every pair of its window stores (a store with itself
+# included) is asked of z3 as a counterexample search.  Each store gets its own copy of
+# the region indices from ``P`` down (two instances are two copies, in ranges
+# ``[0, extent)``); the indices above ``P`` and the kernel's symbols are shared and range
+# over their declared bounds (never the bindings of one run, as for S10).  Two store
+# events run at once when, walking their common regions from ``P`` down, the first
+# region whose indices differ is a parallel; a common loop whose iterations differ
+# orders them.  An element both windows contain at such a pair is a race; z3 answering
+# ``unknown`` refuses the store as not proved.
+
+#: z3's time limit for one window question (bounds, disjointness, coverage).
+WINDOW_TIME_LIMIT_MS = 5000
+
+Verdict = tuple[str, str]  # ("proved" | "refuted" | "unknown", the counterexample's words)
+
+
+def _same_shape(a: tuple[Expr, ...], b: tuple[Expr, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or str(x) == str(y)
+                                    for x, y in zip(a, b, strict=True))
+
+
+def _carrying_parallel(op: Op, mem: Value, alloc: core.AllocOp | None,
+                       state_memory: Mapping[int, Value]) -> ParallelOp | None:
+    """The outermost parallel around ``op``, below ``mem``'s declaration, carrying ``mem``."""
+    found = None
+    home = alloc.parent if alloc is not None else None
+    block = op.parent
+    while block is not None and block is not home and block.parent is not None:
+        region = block.parent
+        if isinstance(region, ParallelOp) and any(state_memory.get(id(v)) is mem
+                                                  for v in region.inits):
+            found = region
+        block = region.parent
+    return found
+
+
+def _regions_from(top: ParallelOp, op: Op) -> list[Op]:
+    """The loop and parallel regions from ``top`` (included) down to ``op``, outer first."""
+    out: list[Op] = []
+    block = op.parent
+    while block is not None and block.parent is not None:
+        region = block.parent
+        if isinstance(region, (LoopOp, ParallelOp)):
+            out.append(region)
+        if region is top:
+            break
+        block = region.parent
+    return out[::-1]
+
+
+def _space(indices: Mapping[str, Expr], bounds: Mapping[str, Interval]) -> Any:
+    from planner.prove.z3_exprs import SymbolSpace  # lazy: planner.prove imports us
+
+    space = SymbolSpace(bindings=None, symbol_bounds=bounds,
+                        default_bounds=DEFAULT_SYMBOL_BOUNDS)
+    for name, ext in reversed(list(indices.items())):  # innermost declared last: it wins
+        space.declare_index(name, ext)
+    return space
+
+
+@dataclass
+class _Instance:
+    """One copy of the region indices on a store's path: its z3 terms and their ranges."""
+
+    terms: dict[str, Any] = field(default_factory=dict)
+    ranges: list[Any] = field(default_factory=list)
+    axes: list[list[tuple[str, Any]]] = field(default_factory=list)  # per region
+
+    @property
+    def variables(self) -> list[Any]:
+        return [v for region in self.axes for _, v in region]
+
+    def describe(self, values: Callable[[Any], int]) -> str:
+        text = [f"{n} = {values(v)}" for region in self.axes for n, v in region]
+        return text[0] if len(text) == 1 else f"({', '.join(text)})"
+
+
+def _instance(space: Any, path: list[Op], tag: str) -> _Instance:
+    inst = _Instance()
+    for r, region in enumerate(path):
+        axes = region.axes  # type: ignore[attr-defined]
+        extents = [space.to_z3_renamed(a.extent, inst.terms) for a in axes]
+        here = []
+        for a, ext in zip(axes, extents, strict=True):
+            v = space.int_var(f"{tag}.{r}.{a.index.name}")
+            inst.ranges += [v >= 0, v < ext]
+            here.append((a.index.name, v))
+        inst.terms.update(dict(here))
+        inst.axes.append(here)
+    return inst
+
+
+def _window_terms(space: Any, op: core.MemStoreOp, terms: Mapping[str, Any]
+                  ) -> tuple[list[Any], list[Any]]:
+    offsets, shape = op.window()
+    return ([space.to_z3_renamed(o, terms) for o in offsets],
+            [space.to_z3_renamed(n, terms) for n in shape])
+
+
+def _solve(space: Any, constraints: list[Any], minimize: list[Any] | None
+           ) -> tuple[str, Any]:
+    """("proved", None) when ``constraints`` (with the space's ranges) are unsatisfiable,
+    ("refuted", a lexicographically minimal model) or ("unknown", None)."""
+    from planner.prove.z3_exprs import check, minimal_model
+
+    cons = [*space.constraints(), *constraints]
+    solver = space.solver()
+    solver.add(*cons)
+    result = str(check(solver, WINDOW_TIME_LIMIT_MS))
+    if result == "unsat":
+        return ("proved", None)
+    if result != "sat":
+        return ("unknown", None)
+    if minimize is None:
+        return ("refuted", solver.model())
+    symbols = [space.vars[k] for k in sorted(space.vars)]
+    model = minimal_model(space.ctx, cons, [*symbols, *minimize], WINDOW_TIME_LIMIT_MS)
+    return ("refuted", model if model is not None else solver.model())
+
+
+def _symbol_values(space: Any, values: Callable[[Any], int]) -> str:
+    return ", ".join(f"{k} = {values(space.vars[k])}" for k in sorted(space.vars))
+
+
+def _evaluator(model: Any) -> Callable[[Any], int]:
+    return lambda t: model.eval(t, model_completion=True).as_long()  # type: ignore[no-any-return]
+
+
+def _window_bounds(op: core.MemStoreOp, mt: MemoryType, bounds: Mapping[str, Interval]
+                   ) -> Verdict:
+    """Whether the window of ``op`` can be non-empty and outside ``mt``, or of negative size."""
+    import z3
+
+    space = _space(_enclosing_indices(op), bounds)
+    lo, n = _window_terms(space, op, {})
+    ext = [space.to_z3(e) for e in mt.shape]
+    outside = z3.Or([z3.Or(lo[d] < 0, lo[d] + n[d] > ext[d]) for d in range(len(ext))])
+    bad = z3.Or(z3.Or([x < 0 for x in n]), z3.And(z3.And([x > 0 for x in n]), outside))
+    verdict, model = _solve(space, [bad], [])
+    if verdict != "refuted":
+        return (verdict, "")
+    val = _evaluator(model)
+    at = _symbol_values(space, val)
+    at = f" at {at}" if at else ""
+    sizes = [val(x) for x in n]
+    if any(x < 0 for x in sizes):
+        d = next(d for d, x in enumerate(sizes) if x < 0)
+        return ("refuted", f"dim {d} of the window has extent {sizes[d]} < 0{at}")
+    span = " x ".join(f"[{val(a)}, {val(a) + x})" for a, x in zip(lo, sizes, strict=True))
+    whole = " x ".join(f"[0, {val(e)})" for e in ext)
+    return ("refuted", f"it covers {span} of {whole}{at}")
+
+
+def _disjoint(a: core.MemStoreOp, path_a: list[Op], b: core.MemStoreOp, path_b: list[Op],
+              indices: Mapping[str, Expr], bounds: Mapping[str, Interval]) -> Verdict:
+    """Whether two instances can run the window stores ``a`` and ``b`` at once and write one
+    element (see the section comment)."""
+    import z3
+
+    space = _space(indices, bounds)
+    ia, ib = _instance(space, path_a, "a"), _instance(space, path_b, "b")
+    concurrent, equal = [], []
+    for r, (ra, rb) in enumerate(zip(path_a, path_b, strict=False)):
+        if ra is not rb:
+            break
+        eqs = [va == vb for (_, va), (_, vb) in zip(ia.axes[r], ib.axes[r], strict=True)]
+        if isinstance(ra, ParallelOp) and eqs:
+            concurrent.append(z3.And(*equal, z3.Not(z3.And(eqs))))
+        equal += eqs
+    if not concurrent:
+        return ("proved", "")  # never in two instances at once: program order decides
+    lo_a, n_a = _window_terms(space, a, ia.terms)
+    lo_b, n_b = _window_terms(space, b, ib.terms)
+    elem = [space.int_var(f"element.{d}") for d in range(len(lo_a))]
+    both = [z3.And(lo_a[d] <= e, e < lo_a[d] + n_a[d], lo_b[d] <= e, e < lo_b[d] + n_b[d])
+            for d, e in enumerate(elem)]
+    verdict, model = _solve(space, [*ia.ranges, *ib.ranges, z3.Or(concurrent), *both],
+                            [*ia.variables, *ib.variables, *elem])
+    if verdict != "refuted":
+        return (verdict, "")
+    val = _evaluator(model)
+    at = _symbol_values(space, val)
+    which = "" if a is b else f" (this store and the one at line {b.loc.line})"
+    return ("refuted", f"instance {ia.describe(val)} and instance {ib.describe(val)}{which} "
+            f"both write element [{', '.join(str(val(e)) for e in elem)}]"
+            + (f" at {at}" if at else ""))
+
+
+def _covers(mt: IRType, stores: list[tuple[core.MemStoreOp, list[Op]]],
+            indices: Mapping[str, Expr], bounds: Mapping[str, Interval]) -> str:
+    """"proved" when every element of the memory is written by some instance of some of
+    ``stores`` (each with the regions whose indices its instances range over)."""
+    import z3
+
+    assert isinstance(mt, MemoryType)
+    space = _space(indices, bounds)
+    elem = [space.int_var(f"element.{d}") for d in range(len(mt.shape))]
+    cons = [z3.And(e >= 0, e < space.to_z3(x)) for e, x in zip(elem, mt.shape, strict=True)]
+    for k, (store, path) in enumerate(stores):
+        inst = _instance(space, path, f"c{k}")
+        lo, n = _window_terms(space, store, inst.terms)
+        inside = z3.And([z3.And(lo[d] <= e, e < lo[d] + n[d]) for d, e in enumerate(elem)])
+        missed = z3.Implies(z3.And(inst.ranges), z3.Not(inside)) if inst.ranges else z3.Not(
+            inside)
+        cons.append(z3.ForAll(inst.variables, missed) if inst.variables else missed)
+    return _solve(space, cons, None)[0] if elem else "proved"

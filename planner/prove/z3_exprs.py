@@ -104,13 +104,22 @@ class SymbolSpace:
         """The z3 integer term of ``e`` (bindings substituted first)."""
         return self._term(self.substitute(e))
 
-    def _term(self, e: Expr) -> z3.ArithRef:
+    def to_z3_renamed(self, e: Expr, terms: Mapping[str, z3.ArithRef]) -> z3.ArithRef:
+        """The term of ``e`` where each symbol ``terms`` names is that term, not the space's
+        variable: one copy of a region's indices, so that two instances of a ``parallel``
+        (``%g`` and ``%g'``) can be compared in one query (S16).  The renamed symbols get
+        no range constraint from :meth:`constraints`; the caller states their ranges."""
+        return self._term(self.substitute(e), terms)
+
+    def _term(self, e: Expr, terms: Mapping[str, z3.ArithRef] | None = None) -> z3.ArithRef:
         if isinstance(e, Const):
             return z3.IntVal(e.value, self.ctx)
         if isinstance(e, Sym):
+            if terms is not None and e.name in terms:
+                return terms[e.name]
             return self.var(e.name)
         assert isinstance(e, Apply)
-        args = [self._term(a) for a in e.args]
+        args = [self._term(a, terms) for a in e.args]
         if e.op is ExprOp.ADD:
             return z3.Sum(args)
         if e.op is ExprOp.MUL:
@@ -198,3 +207,18 @@ def check(solver: z3.Solver, time_limit_ms: int) -> z3.CheckSatResult:
     """``solver.check()`` under a time limit (z3 answers ``unknown`` when it gives up)."""
     solver.set("timeout", max(1, int(time_limit_ms)))
     return solver.check()
+
+
+def minimal_model(ctx: z3.Context, constraints: Iterable[z3.BoolRef],
+                  terms: Iterable[z3.ArithRef], time_limit_ms: int) -> z3.ModelRef | None:
+    """A model of ``constraints`` minimizing ``terms`` lexicographically (the first one
+    first), or None when z3 finds none within the limit.  Counterexamples printed to users
+    come from here, so that they are small and the same from run to run (a plain
+    ``check()`` returns whichever model the search meets first)."""
+    opt = z3.Optimize(ctx=ctx)
+    opt.set("timeout", max(1, int(time_limit_ms)))
+    opt.set(priority="lex")
+    opt.add(*constraints)
+    for t in terms:
+        opt.minimize(t)
+    return opt.model() if opt.check() == z3.sat else None

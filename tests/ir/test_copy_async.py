@@ -2,7 +2,8 @@
 
 The DSL spelling, the text and JSON round trips, the verifier's S9.async rules (each
 accepted and rejected, at the user's line computed from this file with :mod:`inspect`),
-the interpreter (numpy GEMM reference, dynamic rule checks) and the planner's refusal.
+the interpreter (numpy GEMM reference, dynamic rule checks); planning and lowering are
+tests/lower/test_async_copies.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import inspect
 import numpy as np
 import pytest
 
-from planner.catalog import CatalogRegistry
 from planner.errors import PlannerError
 from planner.ir import core
 from planner.ir.frontend import (
@@ -33,7 +33,6 @@ from planner.ir.frontend import (
     tile_kernel,
     zeros,
 )
-from planner.ir.graph import dataflow_graph
 from planner.ir.interpreter import interpret
 from planner.ir.json_form import kernel_from_json, kernel_to_json
 from planner.ir.parser import parse_kernel
@@ -461,31 +460,6 @@ def test_interpreter_gemm_equals_numpy(build, M, N, K):
     want = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
     assert got.shape == (M, N)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
-# --------------------------------------------------------------------------- planning
-
-
-def test_planning_refuses_async_copies():
-    from planner.solve import plan_kernel
-
-    k = build_gemm()
-    first_copy = _ops(k, core.CopyAsyncOp)[0]
-    first_wait = _ops(k, core.WaitOp)[0]
-    with pytest.raises(PlannerError) as exc:
-        dataflow_graph(k)
-    assert exc.value.kind == "unsupported"
-    target = CatalogRegistry().get("x86-avx2")
-    with pytest.raises(PlannerError) as exc:
-        plan_kernel(k, target, {"M": 8, "N": 6, "K": 10})
-    err = exc.value
-    assert err.kind == "unsupported"
-    copy_diag, wait_diag = err.diagnostics
-    assert "memory.copy_async" in copy_diag.message and "memory.wait" in wait_diag.message
-    assert "async-copy planning is not built yet" in copy_diag.message
-    assert copy_diag.loc == first_copy.loc and wait_diag.loc == first_wait.loc
-    assert f"line {first_copy.loc.line}" in copy_diag.message
-    assert "(and 3 more)" in copy_diag.message
 
 
 TEXT_READ_BEFORE_WAIT = """\
