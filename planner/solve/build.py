@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import networkx as nx
 
@@ -42,16 +43,22 @@ from planner.solve.problem import (
     Terms,
     Value,
     add_terms,
+    check_deadline,
     illegal_text,
     terms,
 )
 
+T = TypeVar("T")
+
 
 def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
-                  policy: Policy = Policy.DEFAULT) -> Problem:
+                  policy: Policy = Policy.DEFAULT, *, deadline: float | None = None
+                  ) -> Problem:
     """Price every choice of every live edge of ``kernel`` on ``target``.
 
     Every size must be concrete: unbound symbols raise :class:`PlannerError` naming them.
+    Past ``deadline`` (a ``time.perf_counter()`` instant) :class:`OutOfTime` is raised,
+    checked between the steps and every few hundred edges or values inside them.
     """
     env = {k: int(v) for k, v in (bindings or {}).items()}
     policy = Policy(policy)
@@ -73,16 +80,21 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     edges_of: dict[str, list[int]] = {n: [] for n in producers}
     for i, (u, _, _) in enumerate(edge_keys):
         edges_of[u].append(i)
-    raw_edges = [price_edge(ctx, i, key, value_of[key[0]]) for i, key in enumerate(edge_keys)]
-    values = [price_value(ctx, i, n, [raw_edges[j] for j in edges_of[n]], policy)
-              for i, n in enumerate(producers)]
-    edges = [price_reads(ctx, e, values[e.value]) for e in raw_edges]
-    held = Holding(ctx, values, edges, value_of)
+    check_deadline(deadline)
+    raw_edges = [_checked(price_edge(ctx, i, key, value_of[key[0]]), i, deadline)
+                 for i, key in enumerate(edge_keys)]
+    values = [_checked(price_value(ctx, i, n, [raw_edges[j] for j in edges_of[n]], policy),
+                       i, deadline) for i, n in enumerate(producers)]
+    edges = [_checked(price_reads(ctx, e, values[e.value]), e.index, deadline)
+             for e in raw_edges]
+    held = Holding(ctx, values, edges, value_of, deadline=deadline)
     values, edges = held.values, held.edges
     temps = held.temps()
+    check_deadline(deadline)
     memories = memory_occupants(ctx)
     capacities = _capacities(ctx, values, memories, points)
     live = _live_points(values, memories, points, temps)
+    check_deadline(deadline)
     # the constant prices each Memory's traffic in its first home: move the cheapest
     # home's difference into it, so that every home's own term is non-negative
     shifts = [min(m.home_cost, default=0) for m in memories]
@@ -97,6 +109,13 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
                    tuple(values), tuple(edges), tuple(memories), points, tuple(live),
                    capacities, constant, tuple(ctx.static_infeasible), tuple(used),
                    tuple(held.guards), tuple(temps))
+
+
+def _checked(item: T, i: int, deadline: float | None) -> T:
+    """``item``, once every 256 items past ``deadline`` raising :class:`OutOfTime`."""
+    if not i & 255:
+        check_deadline(deadline)
+    return item
 
 
 def _value_nodes(g: nx.MultiDiGraph) -> set[str]:

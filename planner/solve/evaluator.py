@@ -262,13 +262,28 @@ class Held:
     sync: str | None = None  # the catalog sync rule ordering its writes before reads
 
 
+# The last answer of :func:`held_at_points`: a plan's evaluation and its buffer listing
+# ask for the same one in turn (the problem is kept, so its id cannot be reused).
+_LAST_HELD: list[tuple[Problem, Assignment, list[tuple[tuple[str, int], list[Held]]]]] = []
+
+
 def held_at_points(problem: Problem, a: Assignment
                    ) -> list[tuple[tuple[str, int], list[Held]]]:
-    """The buffers held at every checked point ``(owner, point)``.
+    """The buffers held at every checked point ``(owner, point)`` (do not modify the list:
+    the last answer is reused for the same problem and assignment).
 
     A value yielded to a loop carry and kept in the carry's storage is computed into the
     carry's buffer: it is held under the carry's key (one buffer; two versions, the old
     value and the yielded one, when the guard ``pingpong`` holds)."""
+    if _LAST_HELD and _LAST_HELD[0][0] is problem and _LAST_HELD[0][1] == a:
+        return _LAST_HELD[0][2]
+    out = _held_at_points(problem, a)
+    _LAST_HELD[:] = [(problem, a, out)]
+    return out
+
+
+def _held_at_points(problem: Problem, a: Assignment
+                    ) -> list[tuple[tuple[str, int], list[Held]]]:
     truth = Truth(problem, a)
     into: dict[int, tuple[int, bool]] = {}  # yielded value -> (its carry, two versions)
     for gi, g in enumerate(problem.guards):
@@ -279,14 +294,20 @@ def held_at_points(problem: Problem, a: Assignment
             into[g.b] = (g.a, True)
     pingpong = {c for c, two in into.values() if two}
     live: dict[tuple[int, int], list[Held]] = {}  # a segment's holders: the same everywhere
+    kinds: dict[tuple[int, bool, bool], list[Held]] = {}  # (value, in registers, buffered)
     out: list[tuple[tuple[str, int], list[Held]]] = []
     for lp in problem.live_points:
         held: list[Held] = []
         for vi, si in lp.segments:
             seg = live.get((vi, si))
             if seg is None:
-                seg = live[(vi, si)] = _segment_held(problem, a, truth, vi, si, into,
+                v = problem.values[vi]
+                key = (vi, *segment_live(problem, a, v, v.segments[si], truth))
+                seg = kinds.get(key)
+                if seg is None:
+                    seg = kinds[key] = _segment_held(problem, a, vi, key[1], key[2], into,
                                                      pingpong)
+                live[(vi, si)] = seg
             held += seg
         for mi in lp.memories:
             m = problem.memories[mi]
@@ -308,11 +329,11 @@ def held_at_points(problem: Problem, a: Assignment
     return out
 
 
-def _segment_held(problem: Problem, a: Assignment, truth: Truth, vi: int, si: int,
+def _segment_held(problem: Problem, a: Assignment, vi: int, reg: bool, mat: bool,
                   into: Mapping[int, tuple[int, bool]], pingpong: set[int]) -> list[Held]:
-    """The buffers value ``vi`` holds over its segment ``si``."""
+    """The buffers value ``vi`` holds over a segment where it is in registers (``reg``)
+    and in its buffer (``mat``) as :func:`segment_live` says."""
     v = problem.values[vi]
-    reg, mat = segment_live(problem, a, v, v.segments[si], truth)
     k = a.versions[vi]
     q = a.placement[vi]
     owner = problem.values[into[vi][0]] if vi in into else v

@@ -37,6 +37,7 @@ from planner.solve.problem import (
     Segment,
     Temp,
     Value,
+    check_deadline,
 )
 
 
@@ -71,8 +72,9 @@ class Holding:
     """
 
     def __init__(self, ctx: Context, values: list[Value], edges: list[Edge],
-                 value_of: Mapping[str, int]) -> None:
+                 value_of: Mapping[str, int], deadline: float | None = None) -> None:
         self.ctx = ctx
+        self.deadline = deadline  # past it, :class:`OutOfTime` (checked every 256 items)
         g = ctx.g
         self.point_node = {int(d["order"]): n for n, d in g.nodes(data=True)}
         cnode = [ctx.node_by_name[e.consumer] for e in edges]
@@ -82,8 +84,11 @@ class Holding:
                                                                          strict=True)]
         self.values = [dataclasses.replace(v, inlinable=is_inlinable_kind(v.kind))
                        for v in values]
+        self._inline: dict[int, list[Edge]] = {}  # value -> its edges that may inline
         self._reach: dict[int, frozenset[int]] = {}
-        self._aligned_to: dict[tuple[int, int], bool] = {}
+        self._misaligned_at: dict[int, frozenset[int]] = {}
+        self._sites: dict[int, list[tuple[int, int | None, bool]]] = {}  # edge -> _sites_of
+        self._site_guards: dict[int, list[tuple[int, int]]] = {}  # value -> (site, guard)
         self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
                        for v in self.values]
         self.guards: list[Guard] = []
@@ -93,8 +98,11 @@ class Holding:
         self.carries = {c.value: c for c in self._carries()}
         self._yielded = {c.yielded: c for c in self.carries.values() if c.aliased and c.late}
         self._carry_of_yield = {c.yielded: c for c in self.carries.values()}
+        check_deadline(deadline)
         self._held()
+        check_deadline(deadline)
         self.values = [self._segments(v) for v in self.values]
+        check_deadline(deadline)
 
     # ------------------------------------------------------------------ structure
 
@@ -115,8 +123,12 @@ class Holding:
                                       or self.edges[i].legal(MATERIALIZED) for i in v.edges)
 
     def _inline_edges(self, vi: int) -> list[Edge]:
-        return [e for i in self.values[vi].edges if (e := self.edges[i]).legal(FUSED)
-                or e.legal(RECOMPUTED)]
+        out = self._inline.get(vi)
+        if out is None:
+            out = self._inline[vi] = [e for i in self.values[vi].edges
+                                      if (e := self.edges[i]).legal(FUSED)
+                                      or e.legal(RECOMPUTED)]
+        return out
 
     def reach(self, vi: int) -> frozenset[int]:
         """Later points where value ``vi`` may be evaluated (inlined into consumers)."""
@@ -134,21 +146,29 @@ class Holding:
 
     def aligned_to(self, vi: int, site: int) -> bool:
         """Whether every inlining path from ``vi`` to ``site`` reads element for element."""
-        key = (vi, site)
-        if key not in self._aligned_to:
-            ok = True
+        return site not in self._misaligned(vi)
+
+    def _misaligned(self, vi: int) -> frozenset[int]:
+        """The sites some inlining path from ``vi`` reaches through a hop that does not
+        read element for element (a consumer's own point, or a later one it may be
+        evaluated at)."""
+        out = self._misaligned_at.get(vi)
+        if out is None:
+            bad: set[int] = set()
             for e in self._inline_edges(vi):
                 if e.consumer_value is None:
-                    if e.consumer_point == site:
-                        ok = ok and e.aligned
+                    if not e.aligned:
+                        bad.add(e.consumer_point)
                     continue
                 c = self.values[e.consumer_value]
-                if c.def_point == site:
-                    ok = ok and e.aligned
-                elif site in self.reach(c.index):
-                    ok = ok and e.aligned and self.aligned_to(c.index, site)
-            self._aligned_to[key] = ok
-        return self._aligned_to[key]
+                reach = self.reach(c.index)
+                if not e.aligned:
+                    bad.add(c.def_point)
+                    bad |= reach
+                else:
+                    bad |= self._misaligned(c.index) & reach
+            out = self._misaligned_at[vi] = frozenset(bad)
+        return out
 
     def _pingpong(self, c: _Carry) -> int:
         return self.guard("pingpong", c.value, c.yielded, c.late)
@@ -171,14 +191,25 @@ class Holding:
         a root fused there reads its operands as their own edges decided."""
         if e.consumer_value is None:
             return [(e.consumer_point, None, e.aligned)]
+        out = self._sites.get(e.index)
+        if out is not None:
+            return out
         c = self.values[e.consumer_value]
-        out = [(c.def_point, self.guard("site", c.index, c.def_point), e.aligned)]
-        out += [(n, self.guard("site", c.index, n), e.aligned and self.aligned_to(c.index, n))
-                for n in sorted(self.reach(c.index))]
+        ci = c.index
+        sites = self._site_guards.get(ci)
+        if sites is None:
+            sites = self._site_guards[ci] = [(n, self.guard("site", ci, n)) for n in c.sites]
+        out = [(c.def_point, self.guard("site", ci, c.def_point), e.aligned)]
+        if e.aligned:
+            bad = self._misaligned(ci)
+            out += [(n, gd, n not in bad) for n, gd in sites]
+        else:
+            out += [(n, gd, False) for n, gd in sites]
         for t in self._chain_roots.get(e.index, ()):
             along = e.aligned and self._aligned_in_chain(t, c.node)
             out += [(n, self.guard("recompute", t, n), along and self._recompute_aligned(t, n))
                     for n in sorted(self._recompute_reach(t))]
+        self._sites[e.index] = out
         return out
 
     def _recompute_edges(self, vi: int) -> list[Edge]:
@@ -293,6 +324,8 @@ class Holding:
         ctx = self.ctx
         out = []
         for e in self.edges:
+            if not e.index & 255:
+                check_deadline(self.deadline)
             v = self.values[e.value]
             cn = ctx.node_by_name[e.consumer]
             sites = self._sites_of(e) if not e.loop_carried else []
@@ -333,6 +366,8 @@ class Holding:
         return c if c is not None and c.aliased and c.value != e.value else None
 
     def _segments(self, v: Value) -> Value:
+        if not v.index & 255:
+            check_deadline(self.deadline)
         items: list[tuple[int, int, int, int | None]] = []  # start, end, edge, guard
         for i in v.edges:
             e = self.edges[i]
@@ -402,6 +437,8 @@ class Holding:
             if e.consumer_kind == "tile.mma" and e.operand in (0, 1):
                 self._staging(e, add)
         for v in self.values:
+            if not v.index & 255:
+                check_deadline(self.deadline)
             self._exchanges(v, add)
         return out
 
@@ -473,34 +510,43 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
             plain.setdefault(a, []).append(i)
             plain.setdefault(b, []).append(~i)
         else:
-            ends = groups.setdefault((i, a), {})
-            ends[gd] = max(ends.get(gd, b), b)
+            ends = groups.get((i, a))
+            if ends is None:
+                groups[(i, a)] = {gd: b}
+            elif ends.get(gd, b) <= b:
+                ends[gd] = b
     chains = []
     for (i, a), ends in sorted(groups.items()):
-        order = sorted(ends.items(), key=lambda kv: (kv[1], kv[0]))
-        chains.append(GuardChain(i, a, tuple(g for g, _ in order), tuple(e for _, e in order)))
+        order = sorted([(e, g) for g, e in ends.items()])
+        chains.append(GuardChain(i, a, tuple([g for _, g in order]),
+                                 tuple([e for e, _ in order])))
     opening: dict[int, list[int]] = {}
+    closing: dict[int, list[int]] = {}  # where each chain's last guard stops holding
     for ci, c in enumerate(chains):
         opening.setdefault(c.start, []).append(ci)
+        closing.setdefault(c.ends[-1], []).append(ci)
     cuts = sorted(set(plain) | set(opening) | {e for c in chains for e in c.ends})
     segs: list[Segment] = []
     covered: dict[int, int] = {}  # unguarded edge -> active items
+    edges: tuple[int, ...] = ()  # sorted(covered), rebuilt when it changes
     active: set[int] = set()  # chains
     for lo, hi in itertools.pairwise(cuts):
-        for x in plain.get(lo, ()):
-            if x < 0:
-                if covered[~x] == 1:
-                    del covered[~x]
+        xs = plain.get(lo)
+        if xs:
+            for x in xs:
+                if x < 0:
+                    if covered[~x] == 1:
+                        del covered[~x]
+                    else:
+                        covered[~x] -= 1
                 else:
-                    covered[~x] -= 1
-            else:
-                covered[x] = covered.get(x, 0) + 1
+                    covered[x] = covered.get(x, 0) + 1
+            edges = tuple(sorted(covered))
         active.update(opening.get(lo, ()))
-        if active:
-            active = {ci for ci in active if chains[ci].ends[-1] > lo}
+        active.difference_update(closing.get(lo, ()))
         if not covered and not active:
             continue
-        chained = tuple((ci, bisect.bisect_right(chains[ci].ends, lo)) for ci in sorted(active)
-                        if chains[ci].edge not in covered)
-        segs.append(Segment(lo, hi, tuple(sorted(covered)), chained))
+        chained = tuple([(ci, bisect.bisect_right(chains[ci].ends, lo))
+                         for ci in sorted(active) if chains[ci].edge not in covered])
+        segs.append(Segment(lo, hi, edges, chained))
     return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains))

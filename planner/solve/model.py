@@ -78,6 +78,8 @@ from planner.solve.costs import (
     segment_live,
     total,
 )
+from planner.solve.problem import OutOfTime as OutOfTime  # the planner catches it
+from planner.solve.problem import check_deadline
 
 Restrictions = Mapping[int, frozenset[Decision]]
 Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
@@ -90,16 +92,6 @@ _PREFERENCE = tuple(sorted(_RANK, key=_RANK.__getitem__))  # the tie-break's cho
 # PYTHONHASHSEED changes between processes.  The model iterates this tuple instead, so
 # every process builds the same model, constraint for constraint.
 _KEEP = tuple(c for c in CHOICES if c in PRESERVING)
-
-
-class OutOfTime(Exception):
-    """The caller's deadline passed while the model was being built (see
-    :func:`build_model`); ``plan_kernel`` then answers with its heuristic plan."""
-
-
-def _check_deadline(deadline: float | None) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
-        raise OutOfTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +131,11 @@ class BuiltModel:
     restrictions: Restrictions = field(default_factory=dict)
     no_registers: frozenset[int] = frozenset()  # edges whose value overflows the registers
     most_of: dict[tuple[int, int], dict[str | None, int]] = field(default_factory=dict)
+    held: set[tuple[int, int]] = field(default_factory=set)  # segments _holds has seen
+    # value -> (edges that may be virtual, that may be materialized, _most_of's tables)
+    holders: dict[int, tuple[frozenset[int], frozenset[int],
+                             dict[tuple[bool, bool], dict[str | None, int]]]] = \
+        field(default_factory=dict)
 
     def guard(self, group: Group | None) -> list[cp_model.IntVar]:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
@@ -166,16 +163,16 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
         _edge_choices(bm, e, restrictions or {}, skip)
     for v in problem.values:
         _placement_vars(bm, v, [problem.edges[i] for i in v.edges], skip)
-    _check_deadline(deadline)
+    check_deadline(deadline)
     for v in problem.values:
         _value_vars(bm, v, skip)
-        _check_deadline(deadline)
+        check_deadline(deadline)
     for m in problem.memories:
         _memory_vars(bm, m.index, m.max_versions, m.stall)
         _memory_home_vars(bm, m)
     for lp in problem.live_points:
         _capacity(bm, lp, skip)
-        _check_deadline(deadline)
+        check_deadline(deadline)
     if hint is not None:
         add_hint(bm, hint)
     return bm
@@ -236,10 +233,10 @@ def _holds(bm: BuiltModel, vi: int, si: int) -> None:
     """Create ``reg[vi, si]`` / ``mat[vi, si]`` (where something can hold the value
     there), on first use: only a capacity sum that can bind reads them, so a value that no
     such sum sees costs no holding literals (nor the site guards behind them)."""
-    key = ("holds", vi, si)
-    if key in bm.conditions:
+    key = (vi, si)
+    if key in bm.held:
         return
-    bm.conditions[key] = True
+    bm.held.add(key)
     v = bm.problem.values[vi]
     seg = v.segments[si]
     m = bm.model
@@ -263,14 +260,6 @@ def _holds(bm: BuiltModel, vi: int, si: int) -> None:
         bm.reg[(vi, si)] = _at_least_any(m, virt, f"reg{vi}_{si}")
     if mats:
         bm.mat[(vi, si)] = _at_least_any(m, mats, f"mat{vi}_{si}")
-
-
-def _may_hold(bm: BuiltModel, v: Value, si: int, choice: Decision) -> bool:
-    """Whether some edge could hold ``v`` over segment ``si`` with ``choice`` (an upper
-    bound: guards are not looked at)."""
-    seg = v.segments[si]
-    return (any((i, choice) in bm.x for i in seg.edges)
-            or any((v.chains[ci].edge, choice) in bm.x for ci, _ in seg.chained))
 
 
 def _no_registers(problem: Problem) -> frozenset[int]:
@@ -693,18 +682,34 @@ def _most(bm: BuiltModel, lp: LivePoint, resource: str) -> int:
 
 
 def _most_of(bm: BuiltModel, vi: int, si: int) -> dict[str | None, int]:
-    """The most bytes ``vi`` may hold over segment ``si``, per resource."""
+    """The most bytes ``vi`` may hold over segment ``si``, per resource: one of four
+    tables of the value (may it be held in registers, in its buffer), built once."""
     v = bm.problem.values[vi]
-    out: dict[str | None, int] = {}
-    if v.register is not None and _may_hold(bm, v, si, VIRTUAL):
+    holders = bm.holders.get(vi)
+    if holders is None:
+        holders = bm.holders[vi] = (
+            frozenset(i for i in v.edges if (i, VIRTUAL) in bm.x),
+            frozenset(i for i in v.edges if (i, MATERIALIZED) in bm.x), {})
+    virt, mats, tables = holders
+    seg = v.segments[si]
+    may_v = v.register is not None and (not virt.isdisjoint(seg.edges) or any(
+        v.chains[ci].edge in virt for ci, _ in seg.chained))
+    may_m = not mats.isdisjoint(seg.edges) or any(
+        v.chains[ci].edge in mats for ci, _ in seg.chained)
+    out = tables.get((may_v, may_m))
+    if out is not None:
+        return out
+    out = {}
+    if may_v:
         out[v.register] = v.reg_bytes * v.max_versions
-    if _may_hold(bm, v, si, MATERIALIZED):
+    if may_m:
         buffer: dict[str | None, int] = {}
         for q, pl in enumerate(v.placements):
             if (vi, q) in bm.y:
                 buffer[pl.resource] = max(buffer.get(pl.resource, 0), pl.bytes)
         for r, nbytes in buffer.items():
             out[r] = out.get(r, 0) + nbytes * v.max_versions
+    tables[(may_v, may_m)] = out
     return out
 
 
@@ -801,18 +806,7 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
-    # Huge shapes give costs whose sum would overflow CP-SAT's 64-bit objective: search
-    # on costs divided by ``scale`` (rounded up); the plan's reported cost is re-evaluated
-    # exactly afterwards, so only near-ties between plans can be lost to the rounding.
-    cost_sum = sum(c for _, c in bm.cost)
-    scale = max(1, -(-cost_sum // _EXACT))
-    costs = [(lit, -(-c // scale)) for lit, c in bm.cost]
-    weight = sum(c for _, c in bm.tiebreak) + 1
-    if scale > 1 or weight * cost_sum >= _EXACT:
-        weight = 1  # a preference would cost the LP its precision: plain cost only
-    terms = [(lit, c * weight) for lit, c in costs if c]
-    if weight > 1:
-        terms += [(lit, c) for lit, c in bm.tiebreak if c]
+    terms, weight, scale = objective_terms(bm)
     bm.model.Minimize(sum(c * lit for lit, c in terms))
     solver = _solver(time_limit_s, workers)
     callback = _Progress(progress, offset, weight) if progress is not None else None
@@ -850,6 +844,24 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
                        time.perf_counter() - start, canonical)
 
 
+def objective_terms(bm: BuiltModel) -> tuple[list[tuple[cp_model.IntVar, int]], int, int]:
+    """(terms, weight, scale) of :func:`solve`'s objective ``sum(c × lit)``: every cost
+    divided by ``scale`` (rounded up) and times ``weight``, plus the preference."""
+    # Huge shapes give costs whose sum would overflow CP-SAT's 64-bit objective: search
+    # on costs divided by ``scale`` (rounded up); the plan's reported cost is re-evaluated
+    # exactly afterwards, so only near-ties between plans can be lost to the rounding.
+    cost_sum = sum(c for _, c in bm.cost)
+    scale = max(1, -(-cost_sum // _EXACT))
+    costs = [(lit, -(-c // scale)) for lit, c in bm.cost]
+    weight = sum(c for _, c in bm.tiebreak) + 1
+    if scale > 1 or weight * cost_sum >= _EXACT:
+        weight = 1  # a preference would cost the LP its precision: plain cost only
+    terms = [(lit, c * weight) for lit, c in costs if c]
+    if weight > 1:
+        terms += [(lit, c) for lit, c in bm.tiebreak if c]
+    return terms, weight, scale
+
+
 def tiebreak_order(bm: BuiltModel) -> list[cp_model.IntVar]:
     """The decision literals, most significant first, that :func:`_tie_break` orders plans
     by: every edge's choices in preference order (fused, virtual, recomputed,
@@ -879,11 +891,21 @@ def _tie_break(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]], value: 
     moves strictly up) and, without ties, one proof.  When ``deadline`` passes first, the
     current optimum is returned with False.
     """
-    order = tiebreak_order(bm)
+    best, proved = lex_greatest(bm.model, terms, tiebreak_order(bm), value, first, workers,
+                                deadline)
+    return decode(bm, best), proved
+
+
+def lex_greatest(model: cp_model.CpModel, terms: list[tuple[cp_model.IntVar, int]],
+                 order: list[cp_model.IntVar], value: int, first: cp_model.CpSolver,
+                 workers: int, deadline: float) -> tuple[cp_model.CpSolver, bool]:
+    """:func:`_tie_break`'s rounds on ``model``: the search holding the lexicographically
+    greatest optimum over ``order`` (its variables keep ``model``'s indices), and whether
+    that is proved before ``deadline``."""
     current = [first.BooleanValue(lit) for lit in order]
-    assignment = decode(bm, first)
+    best = first
     while (left := deadline - time.perf_counter()) > 0.01:
-        m = bm.model.Clone()
+        m = model.Clone()
         if terms:
             m.Add(sum(c * _twin(m, lit) for lit, c in terms) <= value)
         _lex_greater(m, [_twin(m, lit) for lit in order], current)
@@ -891,12 +913,12 @@ def _tie_break(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]], value: 
         solver.parameters.stop_after_first_solution = True  # any witness moves us up
         status = solver.Solve(m)
         if status == cp_model.INFEASIBLE:
-            return assignment, True
+            return best, True
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         current = [solver.BooleanValue(lit) for lit in order]
-        assignment = decode(bm, solver)
-    return assignment, False
+        best = solver
+    return best, False
 
 
 def _twin(m: cp_model.CpModel, lit: cp_model.IntVar) -> cp_model.IntVar:
@@ -1000,6 +1022,7 @@ def fallback_assignment(problem: Problem, restrictions: Restrictions | None = No
 
 
 def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:
+    """The assignment ``solver`` (anything with ``BooleanValue(literal)``) holds."""
     p = bm.problem
     choices = []
     for e in p.edges:

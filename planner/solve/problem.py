@@ -12,6 +12,7 @@ decisions and its evaluation.  What the numbers mean is explained in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -49,6 +50,18 @@ def add_terms(*parts: Iterable[tuple[str, int]]) -> Terms:
 
 def total(t: Iterable[tuple[str, int]]) -> int:
     return sum(v for _, v in t)
+
+
+class OutOfTime(Exception):
+    """The caller's deadline passed while the problem or its model was being built;
+    ``plan_kernel`` then answers with its heuristic plan (or a timeout when no problem
+    exists yet)."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise :class:`OutOfTime` past ``deadline`` (a ``time.perf_counter()`` instant)."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfTime
 
 
 # --------------------------------------------------------------------------- problem data
@@ -232,7 +245,10 @@ class Edge:
     lines: tuple[int, int] = (0, 0)  # source lines of the producer and the consumer (0: none)
 
     def legal(self, choice: Decision) -> bool:
-        return all(c is not choice for c, _ in self.illegal)
+        for c, _ in self.illegal:  # noqa: SIM110 (no generator: a hot call of the model)
+            if c is choice:
+                return False
+        return True
 
     def why_illegal(self, choice: Decision) -> str | None:
         return next((why for c, why in self.illegal if c is choice), None)
