@@ -16,6 +16,10 @@ Four tables:
    100×77 over that of the nearest tile-multiple size (``--only edges``).
 4. Every example under its optimal plan and each feasible baseline: the planner's
    predicted time (the plan objective) and rank against the measured time and rank.
+5. Asynchronous copies (``--only copies``): the pipelined manual GEMM staged by plain
+   stores against the same GEMM staged by ``copy_async`` (examples/async_gemm.py, both
+   forms: on x86 a copy is done by the worker with the next window software-prefetched),
+   in one run: time and ratio sync ÷ async, 1 and 2 threads, at 512³ and 300×200×130.
 
 The machine is shared and noisy: variants are interleaved and the median of several
 repetitions is reported, so ratios are more trustworthy than absolute times.
@@ -37,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "planner" / "examples"))
 
+import async_gemm  # noqa: E402
 import attention  # noqa: E402
 import gelu  # noqa: E402
 import gemm  # noqa: E402
@@ -351,11 +356,47 @@ def bench_plans(quick: bool, reps: int) -> str:
                    "different code and different predictions are ordered alike")
 
 
+# --------------------------------------------------------------------------- copies
+
+
+def bench_copies(reps: int) -> str:
+    rows = []
+    tiles = (64, 64, 64)
+    for m, n, k in ((512, 512, 512), (300, 200, 130)):
+        rng = np.random.default_rng(m + n + k)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = np.empty((m, n), np.float32)
+        bindings = {"M": m, "N": n, "K": k}
+        kernels = {
+            "sync stores": manual_gemm.make_manual_gemm(manual_gemm.GemmConfig(*tiles, 2)),
+            "copy_async staged": async_gemm.make_async_gemm(
+                async_gemm.AsyncGemmConfig(*tiles, 2, "staged")),
+            "copy_async carried": async_gemm.make_async_gemm(
+                async_gemm.AsyncGemmConfig(*tiles, 2, "carried")),
+        }
+        variants: dict[str, Callable[[], object]] = {}
+        for name, kernel in kernels.items():
+            ck = compile_kernel(kernel, plan_kernel(kernel, TARGET, bindings), TARGET)
+            err = float(np.max(np.abs(ck(A=a, B=b, C=c)["C"] - a @ b)))
+            assert err < 1e-2 * np.sqrt(k), f"{name}: wrong result (max error {err})"
+            for th in THREADS:
+                variants[f"{name} {th}t"] = (lambda ck=ck, th=th, a=a, b=b, c=c:
+                                             ck(A=a, B=b, C=c, threads=th))
+        t = medians(variants, reps)
+        for name in kernels:
+            for th in THREADS:
+                base = t[f"sync stores {th}t"]
+                rows.append((f"{m}x{n}x{k}", name, th, f"{t[f'{name} {th}t'] * 1e3:.3f}",
+                             f"{base / t[f'{name} {th}t']:.2f}x"))
+    return table(("M x N x K", "staging", "threads", "ms", "sync / this"), rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer reps")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per variant")
-    parser.add_argument("--only", choices=("gemm", "elementwise", "edges", "plans"),
+    parser.add_argument("--only", choices=("gemm", "elementwise", "edges", "plans", "copies"),
                         action="append")
     parser.add_argument("--wait-quiet", type=float, default=5.0, metavar="S",
                         help="before each round wait up to S s for a >= 90%% idle machine")
@@ -363,7 +404,7 @@ def main() -> None:
     global QUIET_S
     QUIET_S = args.wait_quiet
     reps = args.reps or (3 if args.quick else 7)
-    only = set(args.only or ("gemm", "elementwise", "edges", "plans"))
+    only = set(args.only or ("gemm", "elementwise", "edges", "plans", "copies"))
     spec = host_target()
     blas = [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
             for i in threadpool_info()]
@@ -383,7 +424,10 @@ def main() -> None:
               + bench_edges(max(reps, 9)) + "\n")
     if "plans" in only:
         print("Optimal plan vs baselines: predicted (plan objective) vs measured\n"
-              + bench_plans(args.quick, reps))
+              + bench_plans(args.quick, reps) + "\n")
+    if "copies" in only:
+        print("Asynchronous copies: the manual GEMM staged by stores vs by copy_async\n"
+              + bench_copies(max(reps, 9)))
 
 
 if __name__ == "__main__":

@@ -103,6 +103,28 @@ class MemoryPlan:
     lifetime: tuple[int, int] = (0, 0)  # program points [first, end)
 
 
+@dataclass(frozen=True, slots=True)
+class CopyPlan:
+    """How one ``memory.copy_async`` runs (:mod:`planner.realize.copies`): the engine
+    that moves it (None: a synchronous load and store by the issuer), the versions of its
+    destination the plan keeps and whether the transfer overlaps compute."""
+
+    memory: str  # "%As"
+    line: int
+    source: str  # "view A" / "memory %As"
+    source_resource: str
+    destination: str  # the destination Memory's home
+    scope: str  # the issuing scope
+    engine: str | None
+    mode: str  # async | prefetch | synchronous
+    bytes: int | None
+    versions: int  # the destination's versions in this plan
+    wanted_versions: int  # what overlapping the copy wants
+    overlapped: bool
+    wait: str
+    detail: str = ""
+
+
 def register_copy_name(value: str) -> str:
     """The planned buffer of a value's register copy (kept beside its materialized one)."""
     return f"{value} (registers)"
@@ -166,6 +188,7 @@ class MaterializationPlan:
     catalog_hash: str = ""  # sha256 of that file's text (an override is visible here)
     #: wall seconds per planning phase (build, proofs, model, solve, evaluate/explain)
     phases: tuple[tuple[str, float], ...] = ()
+    copies: tuple[CopyPlan, ...] = ()  # every memory.copy_async, in program order
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

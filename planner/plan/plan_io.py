@@ -14,6 +14,7 @@ from typing import Any
 from planner.errors import Diagnostic, PlannerError
 from planner.plan.decisions import (
     Baseline,
+    CopyPlan,
     Decision,
     EdgePlan,
     LayoutChoice,
@@ -48,6 +49,24 @@ def _edge_to_json(e: EdgePlan) -> dict[str, Any]:
             "consumer_kind": e.consumer_kind, "lines": list(e.lines)}
 
 
+_COPY_KEYS = ("memory", "line", "source", "source_resource", "destination", "scope", "engine",
+              "mode", "bytes", "versions", "wanted_versions", "overlapped", "wait", "detail")
+
+
+def _copy_to_json(c: CopyPlan) -> dict[str, Any]:
+    return {k: getattr(c, k) for k in _COPY_KEYS}
+
+
+def _copy_from_json(obj: Mapping[str, Any], i: int) -> CopyPlan:
+    w = f"copies[{i}]"
+    return CopyPlan(
+        _get(obj, "memory", str, w), _get(obj, "line", int, w), _get(obj, "source", str, w),
+        _get(obj, "source_resource", str, w), _get(obj, "destination", str, w),
+        _get(obj, "scope", str, w), obj.get("engine"), _get(obj, "mode", str, w),
+        obj.get("bytes"), _get(obj, "versions", int, w), _get(obj, "wanted_versions", int, w),
+        _get(obj, "overlapped", bool, w), _get(obj, "wait", str, w), str(obj.get("detail", "")))
+
+
 def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
     """A JSON-ready dict (only str, int, float, bool, None, lists and dicts)."""
     return {
@@ -72,6 +91,7 @@ def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
         "memories": [{"name": m.name, "resource": m.resource, "bytes": m.bytes,
                       "versions": m.versions, "max_versions": m.max_versions,
                       "lifetime": list(m.lifetime)} for m in plan.memories],
+        "copies": [_copy_to_json(c) for c in plan.copies],
         "buffers": [{"name": b.name, "role": b.role, "resource": b.resource,
                      "bytes": b.bytes, "versions": b.versions,
                      "live": [list(r) for r in b.live], "sync": b.sync}
@@ -154,6 +174,7 @@ def plan_from_json(obj: Mapping[str, Any]) -> MaterializationPlan:
                                       int(m["versions"]), int(m["max_versions"]),
                                       tuple(m["lifetime"]))  # type: ignore[arg-type]
                            for m in obj.get("memories", [])),
+            copies=tuple(_copy_from_json(c, i) for i, c in enumerate(obj.get("copies", []))),
             bound=int(obj.get("bound", 0)),
             phases=tuple((str(k), float(v)) for k, v in (obj.get("phases_s") or {}).items()),
             catalog_file=str((obj.get("catalog") or {}).get("file", "")),
@@ -220,6 +241,18 @@ def plan_json_schema() -> dict[str, Any]:
                                  "prefixItems": [{"type": "string"}, {"type": "integer"},
                                                  {"type": "integer"}]}},
                              "sync": nullable_str}}
+    copy = {"type": "object", "required": list(_COPY_KEYS[:-1]),
+            "properties": {"memory": {"type": "string"}, "line": {"type": "integer"},
+                           "source": {"type": "string"}, "source_resource": {"type": "string"},
+                           "destination": {"type": "string"}, "scope": {"type": "string"},
+                           "engine": nullable_str,
+                           "mode": {"enum": ["async", "prefetch", "synchronous"]},
+                           "bytes": {"anyOf": [{"type": "integer", "minimum": 0},
+                                               {"type": "null"}]},
+                           "versions": {"type": "integer", "minimum": 1},
+                           "wanted_versions": {"type": "integer", "minimum": 1},
+                           "overlapped": {"type": "boolean"}, "wait": {"type": "string"},
+                           "detail": {"type": "string"}}}
     proof = {"type": "object", "required": ["name", "status"], "properties": {
         "name": {"type": "string"},
         "status": {"enum": ["proved", "refuted", "assumed", "unknown", "skipped"]},
@@ -249,6 +282,7 @@ def plan_json_schema() -> dict[str, Any]:
             "peaks": {"type": "array", "items": peak},
             "memories": {"type": "array", "items": memory},
             "buffers": {"type": "array", "items": buffer},
+            "copies": {"type": "array", "items": copy},
             "proofs": {"type": "array", "items": proof},
             "explanation": {"type": "array", "items": {"type": "string"}},
             "content_hash": {"type": "string"},
@@ -392,6 +426,13 @@ def format_plan_table(plan: MaterializationPlan) -> str:
         mrow = [(m.name, m.resource, fmt_size(m.bytes), f"{m.versions}/{m.max_versions}")
                 for m in plan.memories]
         lines.append(table(("memory", "resource", "bytes", "versions"), mrow, right=(2, 3)))
+    if plan.copies:
+        lines.append("")
+        crow = [(c.memory, str(c.line), f"{c.source} ({c.source_resource})", c.destination,
+                 c.engine or "none", c.mode, f"{c.versions}/{c.wanted_versions}",
+                 "yes" if c.overlapped else "no", c.wait) for c in plan.copies]
+        lines.append(table(("copy into", "line", "from", "to", "engine", "mode", "versions",
+                            "overlapped", "wait"), crow, right=(1,)))
     if plan.proofs:
         lines.append("")
         lines.append("proofs: " + proof_summary(plan))

@@ -75,7 +75,8 @@ from planner.ir.types import TileType, ViewType
 from planner.ir.verify import value_name
 from planner.prove import engines, z3_layout
 from planner.prove.z3_exprs import INT64_MAX, SymbolSpace, check
-from planner.realize.binding import ExecutionBinding, OpContext, bind_execution
+from planner.realize.binding import ExecutionBinding, MemoryAccess, OpContext, bind_execution
+from planner.realize.copies import CopyRealization, copy_operations, realize_copies
 
 PROOF_NAMES: tuple[str, ...] = ("can_access", "factorization", "int64", "capacity",
                                 "injectivity", "bounds")
@@ -287,6 +288,7 @@ class _Prover:
         self.extra = extra
         self.binding = binding or bind_execution(kernel, target, bindings)
         self.placements = dict(placements or {})
+        self.copies: dict[int, CopyRealization] = {}  # filled by collect_allocs
         self.ctx = z3.Context()  # one private z3 context per run: proofs run from any thread
         self.allocs: list[_Alloc] = []
         self.results: list[ProofResult] = []
@@ -335,12 +337,17 @@ class _Prover:
 
     def collect_allocs(self) -> None:
         uses = engines.kernel_uses(self.kernel)
+        self.copies = {id(c.op): c for c in realize_copies(
+            self.kernel, self.target, self.binding, self.bindings, self.placements)}
         for mb in self.binding.memory_bindings():
             res = mb.home_named(self.placements.get(mb.name))
             info = _Alloc(mb.alloc, mb.name, mb.owner_scope, res,
                           res or _candidate(self.target, mb.resource_class, mb.owner_scope),
                           homes=mb.homes)
             for acc in mb.accesses:
+                if isinstance(acc.op, core.CopyAsyncOp):
+                    info.accesses.append(self.copy_access(acc, mb.alloc))
+                    continue
                 note = ("; the snapshot feeds tile.mma: checked as a read (reading the "
                         "operand in place with mma_read is a planner choice)"
                         if acc.feeds_mma else "")
@@ -348,6 +355,17 @@ class _Prover:
                     else engines.alternatives(acc, uses)
                 info.accesses.append(_Access(acc.op, acc.scope, acc.operation, note, alts))
             self.allocs.append(info)
+
+    def copy_access(self, acc: MemoryAccess, alloc: AllocOp) -> _Access:
+        """A copy's access of a Memory, with the operation its realization applies
+        (``copy_async`` on an async engine, else a plain read or write)."""
+        real = self.copies.get(id(acc.op))
+        src_op, dst_op = copy_operations(real)
+        dest = acc.op.memory is alloc.memory  # type: ignore[attr-defined]
+        operation = dst_op if dest else src_op
+        how = f"; {real.mode} copy" + (f" by {real.engine.name}" if real and real.engine
+                                        else "") if real is not None else ""
+        return _Access(acc.op, acc.scope, operation, how, (operation,))
 
     # ------------------------------------------------------------------ 1. can_access
 
@@ -376,6 +394,13 @@ class _Prover:
                     if isinstance(op, core.LoadOp) else (operation,)
                 self.memory_access_result(subject, _Access(op, scope, operation, "", alts),
                                           glob, "", started)
+            elif isinstance(op, core.CopyAsyncOp) and len(op.source) == 1 and glob is not None:
+                started = time.perf_counter()
+                operation = copy_operations(self.copies.get(id(op)))[0]
+                subject = f"{op.SPEC.name} from {value_name(op.source[0])}"
+                self.memory_access_result(subject, _Access(op, self.binding.context(op).scope,
+                                                           operation, "", (operation,)),
+                                          glob, "", started)
         for a in self.allocs:
             started = time.perf_counter()
             if a.candidate is None:
@@ -403,7 +428,7 @@ class _Prover:
                 started = time.perf_counter()
                 subject = f"{acc.op.SPEC.name} %{a.name}"
                 note = acc.note
-                if note:
+                if note and not isinstance(acc.op, core.CopyAsyncOp):
                     in_place = self.target.can_access(acc.scope, a.resource.name,
                                                       Operation.MMA_READ)
                     note += f"; mma_read is {'' if in_place else 'not '}allowed here"

@@ -217,6 +217,13 @@ def _bind_memories(kernel: Kernel, target: Target, binding: ExecutionBinding,
             else:
                 accesses[id(op.memory)].append(MemoryAccess(
                     op, scope, Operation.READ, id(op.result) in feeds_mma))
+        elif isinstance(op, core.CopyAsyncOp) and id(op.memory) in allocs:
+            # plain operations; an async engine's copy_async is the realization's choice
+            # (planner.realize.copies), checked by the proofs
+            scope = binding.context(op).scope
+            accesses[id(op.memory)].append(MemoryAccess(op, scope, Operation.WRITE))
+            if len(op.source) == 2 and id(op.source[0]) in allocs:
+                accesses[id(op.source[0])].append(MemoryAccess(op, scope, Operation.READ))
     for key, alloc in allocs.items():
         owner_scope = binding.owner_scope(alloc)
         cls = normalize_class(alloc.resource)

@@ -116,7 +116,7 @@ class PipelineCuts:
             for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
                 if isinstance(x, core.MemLoadOp):
                     src = self.index.producer(x.state)
-                    if src is None or not isinstance(src, core.MemStoreOp) \
+                    if src is None or not isinstance(src, core.MEMORY_WRITE_OPS) \
                             or self._top_or_none(src, op) is None:
                         return (f"Memory {self.index.name(x.memory)} is read in a state from an "
                                 "earlier iteration or from outside the loop (a recurrence "
@@ -124,7 +124,7 @@ class PipelineCuts:
         stores: dict[Value, set[int]] = {}
         for o in body:
             for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if isinstance(x, core.MemStoreOp):
+                if isinstance(x, core.MEMORY_WRITE_OPS):
                     stores.setdefault(x.memory, set()).add(stage_of[o])
         for memv, st in stores.items():
             if len(st) > 1:

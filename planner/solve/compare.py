@@ -134,6 +134,8 @@ def format_comparison(c: Comparison) -> str:
                  else f"{fmt_size(p)} of {fmt_size(cap)}"
                  for p, cap in zip(pk.peaks, pk.capacities, strict=True)]
         rows.append([f"peak {pk.resource}", *cells])
+    for name, cells in memory_rows(c.plans):
+        rows.append([f"memory {name}", *cells])
     rows.append(["estimated time", *(fmt_ns(t) if t is not None else "infeasible"
                                      for t in c.totals)])
     rows.append(["status", *(f"{p.status.value} ({p.solve_time_s * 1000:.0f} ms)"
@@ -153,6 +155,27 @@ def format_comparison(c: Comparison) -> str:
     return "\n".join(lines)
 
 
+def memory_rows(plans: Sequence[MaterializationPlan]) -> list[tuple[str, tuple[str, ...]]]:
+    """Per explicit Memory: its home and versions in each plan, and how it is filled
+    (its copies' engines and modes, or plain stores)."""
+    names = list(dict.fromkeys(m.name for p in plans for m in p.memories))
+    out = []
+    for name in names:
+        cells = []
+        for p in plans:
+            m = next((m for m in p.memories if m.name == name), None)
+            if m is None:
+                cells.append("–")
+                continue
+            copies = [c for c in p.copies if c.memory == name]
+            how = "stores" if not copies else ", ".join(dict.fromkeys(
+                f"{c.engine or 'no engine'} ({c.mode}"
+                + (", overlapped)" if c.overlapped else ")") for c in copies))
+            cells.append(f"{m.resource} ×{m.versions}, {how}")
+        out.append((name, tuple(cells)))
+    return out
+
+
 def comparison_to_json(c: Comparison) -> dict[str, Any]:
     return {
         "labels": list(c.labels),
@@ -162,6 +185,8 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
         "edges_alike": c.same_edges,
         "peaks": [{"resource": p.resource, "peaks": list(p.peaks),
                    "capacities": list(p.capacities)} for p in c.peaks],
+        "memories": [{"memory": name, "cells": list(cells)}
+                     for name, cells in memory_rows(c.plans)],
         "totals": list(c.totals),
         "deltas": [{"label": c.labels[d.index], "against": c.labels[0], "total": d.total,
                     "terms": dict(d.terms), "edges": [list(x) for x in d.edges]}

@@ -22,6 +22,7 @@ from planner.ir.core import Kernel, LoopOp, ParallelOp
 from planner.ir.expr import Expr
 from planner.ir.types import TileType
 from planner.realize.binding import ExecutionBinding
+from planner.realize.copies import CopyRealization
 from planner.solve.figures import Figures
 from planner.solve.problem import COMPUTE, TRAFFIC, Terms, terms
 
@@ -50,6 +51,7 @@ class Context:
     stored_views: set[int] = field(default_factory=set)  # ids of views some op stores
     execs: dict[int, int] = field(default_factory=dict)
     access: dict[tuple[str, str, tuple[Operation, ...]], bool] = field(default_factory=dict)
+    copies: dict[int, CopyRealization] = field(default_factory=dict)  # id(copy op)
 
     def accessible(self, r: Resource, scope: str, ops: tuple[Operation, ...]) -> bool:
         key = (r.name, scope, ops)
@@ -126,6 +128,10 @@ def op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float,
         res = (fig.global_resource if isinstance(op, (core.LoadOp, core.StoreOp))
                else _memory_resource(ctx, op))
         return 0.0, (fig.traffic_cycles(nbytes, res, scope) if res is not None else 0.0)
+    if isinstance(op, core.CopyAsyncOp):
+        from planner.solve.copies import copy_cycles  # it reads this module's Context
+
+        return copy_cycles(ctx, op, scope)
     if isinstance(op, core.MmaOp):
         m, k = tile_shape(ctx, op.a)[-2:]
         n = tile_shape(ctx, op.b)[-1]
@@ -160,6 +166,8 @@ def node_terms(ctx: Context, node: str, executions: int) -> Terms:
 
 def _loops_entered(ctx: Context, pd: Mapping[str, object], cd: Mapping[str, object]
                    ) -> list[str]:
+    if not cd["loops"]:
+        return []
     inner = set(pd["loops"])  # type: ignore[arg-type]
     return [lp for lp in cd["loops"] if lp not in inner]  # type: ignore[attr-defined]
 

@@ -20,7 +20,7 @@ _FUSIBLE = frozenset({"tile.load", "memory.load", "tile.full", "tile.iota", "til
                       "tile.select", "tile.broadcast", "tile.slice"})
 _RECOMPUTABLE = (_FUSIBLE - {"memory.load"}) | {"tile.transpose"}
 LOADS = frozenset({"tile.load", "memory.load"})
-SINKS = frozenset({"tile.store", "memory.store"})
+SINKS = frozenset({"tile.store", "memory.store", "memory.copy_async"})
 
 
 def is_fusible_kind(kind: str) -> bool:
@@ -173,5 +173,5 @@ def recompute_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object],
 def _stored_between(ctx: Context, pd: Mapping[str, object], cd: Mapping[str, object]) -> bool:
     mem = pd["op"].memory  # type: ignore[attr-defined]
     lo, hi = pd["order"], cd["order"]
-    return any(isinstance(d["op"], core.MemStoreOp) and d["op"].memory is mem
+    return any(isinstance(d["op"], core.MEMORY_WRITE_OPS) and d["op"].memory is mem
                and lo < d["order"] < hi for _, d in ctx.g.nodes(data=True))

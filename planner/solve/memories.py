@@ -14,8 +14,12 @@ import math
 from planner.catalog import Resource
 from planner.ir import core
 from planner.solve.context import Context, executions_of, latency_cycles, owner_of, tile_shape
+from planner.solve.copies import copy_realization
 from planner.solve.layouts import align, version_bytes
 from planner.solve.problem import MemoryOccupant
+
+#: Ops that read or write an explicit Memory (a copy writes its destination).
+MEMORY_OPS = (core.MemLoadOp, core.MemStoreOp, core.CopyAsyncOp)
 
 
 def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
@@ -26,8 +30,7 @@ def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
         if default is None:
             continue
         uses = [n for n, d in ctx.g.nodes(data=True)
-                if isinstance(d["op"], (core.MemLoadOp, core.MemStoreOp))
-                and d["op"].memory is op.memory]
+                if isinstance(d["op"], MEMORY_OPS) and d["op"].memory is op.memory]
         if not uses:
             continue
         # allocated per instance of its owner: held wherever the owner runs (the
@@ -77,17 +80,55 @@ def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:
     for n in uses:
         d = ctx.g.nodes[n]
         op = d["op"]
-        tile = op.result if isinstance(op, core.MemLoadOp) else op.tile
-        nbytes = math.prod(tile_shape(ctx, tile)) * tile.type.dtype.itemsize
+        if isinstance(op, core.CopyAsyncOp):
+            real = copy_realization(ctx, op)
+            if real.engine is not None or not real.nbytes:
+                continue  # the engine's transfer is the copy's own price
+            nbytes = real.nbytes  # a synchronous copy stores its window
+        else:
+            tile = op.result if isinstance(op, core.MemLoadOp) else op.tile
+            nbytes = math.prod(tile_shape(ctx, tile)) * tile.type.dtype.itemsize
         scope = ctx.owner_scope[owner_of(ctx, d["region"])]
         total += ctx.fig.ns(ctx.fig.traffic_cycles(nbytes, res, scope), executions_of(ctx, d))
     return total
 
 
 def _memory_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...]]:
-    """Versions an explicit Memory wants (stores and loads in different stages)."""
+    """Versions an explicit Memory wants: stores (copies included) and loads in different
+    stages of a running pipeline, or an async copy overlapping the iteration before it is
+    waited for (:mod:`planner.realize.copies`), whose transfer is exposed as a stall per
+    missing version."""
+    stage_v, stage_stall = _stage_versions(ctx, uses)
+    copy_v, copy_stall = _copy_versions(ctx, uses)
+    maxv = max(stage_v, copy_v)
+    stall = tuple(a + b for a, b in zip(_pad(stage_stall, maxv), _pad(copy_stall, maxv),
+                                        strict=True))
+    return maxv, stall
+
+
+def _pad(stall: tuple[int, ...], n: int) -> tuple[int, ...]:
+    return stall + (0,) * (n - len(stall))
+
+
+def _copy_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...]]:
+    """An overlapped async copy wants its versions; with fewer its transfer is exposed."""
+    maxv, exposed = 1, 0.0
+    for n in uses:
+        d = ctx.g.nodes[n]
+        if not isinstance(d["op"], core.CopyAsyncOp):
+            continue
+        real = copy_realization(ctx, d["op"])
+        if real.versions > 1 and real.engine is not None and real.nbytes:
+            maxv = max(maxv, real.versions)
+            exposed += ctx.fig.ns(real.nbytes / real.engine.bandwidth, executions_of(ctx, d))
+    if maxv == 1:
+        return 1, (0,)
+    return maxv, tuple(round(exposed * (maxv - k) / (maxv - 1)) for k in range(1, maxv + 1))
+
+
+def _stage_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...]]:
     nodes = ctx.g.nodes
-    stores = [n for n in uses if isinstance(nodes[n]["op"], core.MemStoreOp)]
+    stores = [n for n in uses if isinstance(nodes[n]["op"], core.MEMORY_WRITE_OPS)]
     loads = [n for n in uses if isinstance(nodes[n]["op"], core.MemLoadOp)]
     dist, window = 0, 1
     for s in stores:

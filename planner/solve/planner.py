@@ -50,6 +50,7 @@ from planner.plan.decisions import (
 )
 from planner.prove import prove_kernel
 from planner.solve.baselines import baseline_restrictions, greedy_assignment
+from planner.solve.copies import plan_copies
 from planner.solve.costs import (
     MATERIALIZED,
     PRESERVING,
@@ -128,7 +129,8 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
                         progress, bounds, phase, deadline)
     phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
-    return dataclasses.replace(plan, phases=tuple(phases))
+    return dataclasses.replace(plan, phases=tuple(phases),
+                               copies=plan_copies(kernel, target, bindings, plan))
 
 
 def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,

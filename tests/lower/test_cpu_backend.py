@@ -49,6 +49,8 @@ EXAMPLES = {p.stem: p for p in list_examples()}
 SHAPES: dict[str, list[dict[str, int]]] = {
     "gemm": [dict(M=100, N=70, K=37), dict(M=1, N=1, K=1), dict(M=0, N=5, K=3),
              dict(M=5, N=7, K=0)],
+    "async_gemm": [dict(M=100, N=70, K=37), dict(M=1, N=1, K=1), dict(M=3, N=0, K=3),
+                   dict(M=5, N=7, K=0)],
     "manual_gemm": [dict(M=100, N=70, K=37), dict(M=1, N=1, K=1), dict(M=3, N=0, K=3),
                     dict(M=5, N=7, K=0)],
     "softmax": [dict(M=100, N=70), dict(M=1, N=1), dict(M=0, N=5), dict(M=3, N=0)],

@@ -69,6 +69,7 @@ EXAMPLES = {p.stem: p for p in list_examples()}
 SHAPES: dict[str, dict[str, int]] = {
     "gemm": {"M": 37, "N": 29, "K": 45},
     "manual_gemm": {"M": 37, "N": 29, "K": 45},
+    "async_gemm": {"M": 37, "N": 29, "K": 45},
     "softmax": {"M": 13, "N": 70},
     "layernorm": {"M": 13, "N": 70},
     "gelu": {"N": 1000},

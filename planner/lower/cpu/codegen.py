@@ -88,13 +88,14 @@ from planner.lower.cpu.config import CodegenConfig
 from planner.lower.cpu.context import _ModuleContext
 from planner.lower.cpu.llvm_helpers import I8P, I64, I64P, c64
 from planner.lower.cpu.mma import _Mma
+from planner.lower.cpu.prefetch import _Prefetch
 from planner.lower.cpu.rows import clamp_rows, zero_extents
 from planner.lower.loops import program as lp
 
 __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
 
 
-class _Fn(_Mma):
+class _Fn(_Mma, _Prefetch):
     """Emits one segment function."""
 
     # ------------------------------------------------------------------ entry
@@ -201,6 +202,7 @@ _STMT: dict[type, Callable[[_Fn, lp.Stmt], None]] = {
     lp.Pipeline: _Fn.pipeline,
     lp.Barrier: _Fn.nothing,
     lp.Note: _Fn.nothing,
+    lp.Prefetch: _Fn.prefetch,
 }
 
 

@@ -1,7 +1,10 @@
 """Loop nests: the in-bounds / edge-tile versions, the outer loops, the vectorized
 innermost loop (unrolled main loop with independent reduction accumulators, full
 vectors, one masked tail), hoisting of invariant subexpressions and W×W transposed
-copies."""
+copies.  A :class:`~planner.lower.loops.ir.SquaresNest` keeps Welford's running mean and
+centered sum of squares per lane and accumulator (the count is the same for every lane
+of a full vector: one reciprocal per unrolled step), merged by Chan's formula after the
+row."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from planner.lower.cpu.builder import _align, _reg_type, _vec
 from planner.lower.cpu.context import _Lanes
 from planner.lower.cpu.elements import _COMBINE, _HORIZONTAL, _Elements
 from planner.lower.cpu.index_exprs import _coeff
-from planner.lower.cpu.llvm_helpers import I1, I64, c64, transpose
+from planner.lower.cpu.llvm_helpers import F32, I1, I64, c64, transpose
 from planner.lower.loops import program as lp
 
 _NestLike = lp.Nest | lp.ReduceNest | lp.FusedNest
@@ -167,9 +170,13 @@ class _Nests(_Elements):
         var = s.vars[-1]
         reducing = any(isinstance(p, lp.ReduceNest) for p in parts)
         unroll = self.cg.config.reduce_unroll if reducing else 1
+        dead = self.dead_stores() if len(parts) > 1 else frozenset()
         accs: dict[int, tuple[list[ir.Value], ir.Constant, float | int]] = {}
+        moments: dict[int, list[_Welford]] = {}
         for i, p in enumerate(parts):
-            if isinstance(p, lp.ReduceNest):
+            if isinstance(p, lp.SquaresNest):
+                moments[i] = [_Welford.start(self, w) for _ in range(unroll)]
+            elif isinstance(p, lp.ReduceNest):
                 vt = _vec(_reg_type(p.value.dtype), w)
                 ident = _identity(p.fn, p.value.dtype)
                 ident_v = ir.Constant(vt, [ident] * w)
@@ -178,14 +185,19 @@ class _Nests(_Elements):
                     b.store(ident_v, slot)
                 accs[i] = (slots, ident_v, ident)
 
-        def point(lanes: _Lanes, slot: int = 0) -> None:
+        def point(lanes: _Lanes, slot: int = 0, step: dict[str, ir.Value] | None = None
+                  ) -> None:
             for i, p in enumerate(parts):
                 v = self.elem(p.value, lanes)
                 if isinstance(p, lp.Nest):
-                    self.write(p.dest, v, p.value.dtype, lanes)
+                    if not (isinstance(p.dest, lp.BufWrite) and p.dest.buffer in dead):
+                        self.write(p.dest, v, p.value.dtype, lanes)
                     if isinstance(p.dest, lp.BufWrite):  # forward to later parts
                         lanes.cache[lp.BufRead(p.dest.buffer, p.dest.index, p.dest.version,
                                                p.value.dtype)] = v
+                    continue
+                if i in moments:
+                    moments[i][slot].update(self, v, lanes.tail, step)
                     continue
                 slots, ident_v, _ = accs[i]
                 if lanes.tail is not None:
@@ -195,32 +207,51 @@ class _Nests(_Elements):
 
         n = self.expr(s.extents[-1])
         lo = start if start is not None else c64(0)
+
+        def rate(before: ir.Value) -> dict[str, ir.Value] | None:
+            """``1 / count`` of a Welford update after ``before`` earlier ones."""
+            if not moments:
+                return None
+            k = b.sitofp(b.add(before, c64(1)), F32)
+            return {"r": self.splat(b.fdiv(ir.Constant(F32, 1.0), k), w)}
+
         with b.if_then(b.icmp_signed(">", n, lo)):
             hoisted = self._hoisted(parts, var, edge)
             const_n = s.extents[-1].const_value() if start is None else None
             full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), c64(w)), c64(w))) \
                 if const_n is None else c64(const_n // w * w)
             done = lo
+            unrolled = c64(0)  # steps of the unrolled loop
             if unroll > 1 and (const_n is None or const_n >= unroll * w):
                 step = unroll * w
                 done = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), c64(step)), c64(step)))
+                unrolled = b.sdiv(b.sub(done, lo), c64(step))
                 with self.loop(lo, done, step, "vu") as base:
+                    same = rate(b.sdiv(b.sub(base, lo), c64(step)))  # all in lockstep
                     for j in range(unroll):
                         self.env[var] = b.add(base, c64(j * w))
-                        point(_Lanes(w, var, None, edge, dict(hoisted)), j)
+                        point(_Lanes(w, var, None, edge, dict(hoisted)), j, same)
             if const_n is None or const_n >= w:
                 with self.loop(done, full, w, "v") as base:
                     self.env[var] = base
-                    point(_Lanes(w, var, None, edge, dict(hoisted)))
+                    point(_Lanes(w, var, None, edge, dict(hoisted)), 0, rate(
+                        b.add(unrolled, b.sdiv(b.sub(base, done), c64(w)))))
+            rest = b.add(unrolled, b.sdiv(b.sub(full, done), c64(w)))
             if const_n is None or const_n % w:
                 rem = b.sub(n, full)
                 with b.if_then(b.icmp_signed(">", rem, c64(0))):
                     self.env[var] = full
                     tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))),
                                          self.splat(rem, w))
-                    point(_Lanes(w, var, tail, edge, dict(hoisted)))
+                    point(_Lanes(w, var, tail, edge, dict(hoisted)), 0, rate(rest))
+            for slots in moments.values():  # the count of each lane of each accumulator
+                slots[0].counted(self, rest, b.sub(n, full))
+                for other in slots[1:]:
+                    other.counted(self, unrolled, c64(0))
         for i, p in enumerate(parts):
-            if isinstance(p, lp.ReduceNest):
+            if i in moments:
+                self._squares_result(p, moments[i], edge)  # type: ignore[arg-type]
+            elif isinstance(p, lp.ReduceNest):
                 slots, _, ident = accs[i]
                 combine = _COMBINE[(p.fn, p.value.dtype)]
                 vec = b.load(slots[0])
@@ -230,6 +261,131 @@ class _Nests(_Elements):
                 lanes = _Lanes(1, None, None, edge)
                 self.write(p.dest, self.splat(total, 1), p.value.dtype, lanes)
 
+
+    def dead_stores(self) -> frozenset[str]:
+        """Buffers a fused nest writes that nothing reads but its later parts at the point
+        just written (forwarded): their stores are skipped."""
+        got = self.__dict__.get("_dead_stores")
+        if got is None:
+            got = self.__dict__["_dead_stores"] = _forwarded_only(self.cg.program)
+        return got
+
+    def _squares_result(self, p: lp.SquaresNest, slots: list[_Welford], edge: bool) -> None:
+        """``m2 + n·(mean - center)²`` of the merged accumulators (0 for an empty row)."""
+        b = self.b
+        n, m, q = slots[0].values(self)
+        for other in slots[1:]:
+            n, m, q = _chan(b, (n, m, q), other.values(self))
+        lanes = [tuple(b.extract_element(x, c64(k)) for x in (n, m, q))
+                 for k in range(n.type.count)]
+        sn, sm, sq = lanes[0]
+        for lane in lanes[1:]:
+            sn, sm, sq = _chan(b, (sn, sm, sq), lane)
+        one = _Lanes(1, None, None, edge)
+        c = b.extract_element(self.elem(p.center, one), c64(0))
+        d = b.fsub(sm, c)
+        total = b.fadd(sq, b.fmul(sn, b.fmul(d, d)))
+        zero = ir.Constant(F32, 0.0)
+        total = b.select(b.fcmp_ordered(">", sn, zero), total, zero)
+        self.write(p.dest, self.splat(total, 1), p.value.dtype, one)
+
+
+class _Welford:
+    """One accumulator of a :class:`~planner.lower.loops.ir.SquaresNest`: per lane the
+    running mean, centered sum of squares and (set after the row) count."""
+
+    def __init__(self, mean: ir.Value, m2: ir.Value, count: ir.Value) -> None:
+        self.mean, self.m2, self.count = mean, m2, count
+
+    @classmethod
+    def start(cls, fn: _Nests, w: int) -> _Welford:
+        vt = _vec(F32, w)
+        slots = (fn.alloca(vt), fn.alloca(vt), fn.alloca(vt))
+        for slot in slots:
+            fn.b.store(ir.Constant(vt, [0.0] * w), slot)
+        return cls(*slots)
+
+    def update(self, fn: _Nests, x: ir.Value, tail: ir.Value | None,
+               step: dict[str, ir.Value] | None) -> None:
+        """Add the lanes of ``x`` (those of ``tail`` only): ``d = x - mean``, ``mean +=
+        d / n``, ``m2 += d·(x - mean)``, with ``1 / n`` from ``step`` (the same for every
+        lane and for accumulators updated in lockstep)."""
+        assert step is not None
+        b = fn.b
+        mean, m2 = b.load(self.mean), b.load(self.m2)
+        d = b.fsub(x, mean)
+        new_mean = b.fadd(mean, b.fmul(d, step["r"], flags=("contract",)), flags=("contract",))
+        new_m2 = b.fadd(m2, b.fmul(d, b.fsub(x, new_mean), flags=("contract",)),
+                        flags=("contract",))
+        if tail is not None:
+            new_mean = b.select(tail, new_mean, mean)
+            new_m2 = b.select(tail, new_m2, m2)
+        b.store(new_mean, self.mean)
+        b.store(new_m2, self.m2)
+
+    def counted(self, fn: _Nests, vectors: ir.Value, tail: ir.Value) -> None:
+        """Record the count: ``vectors`` full vectors, then lanes below ``tail``."""
+        b = fn.b
+        vt = self.mean.type.pointee
+        w = vt.count
+        lanes = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))),
+                              fn.splat(tail, w))
+        extra = b.select(lanes, ir.Constant(vt, [1.0] * w), ir.Constant(vt, [0.0] * w))
+        b.store(b.fadd(fn.splat(b.sitofp(vectors, F32), w), extra), self.count)
+
+    def values(self, fn: _Nests) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(count, mean, m2) per lane."""
+        b = fn.b
+        return b.load(self.count), b.load(self.mean), b.load(self.m2)
+
+
+def _forwarded_only(program: lp.LoopProgram) -> frozenset[str]:
+    """Buffers written by a part of a fused nest and read only by later parts of the
+    same nest at the element written (every other read, an mma's included, keeps the
+    store)."""
+    reads: set[str] = set()
+    fused: set[str] = set()
+    for seg in program.segments:
+        for s in lp.walk_stmts(seg.body):
+            if isinstance(s, lp.Mma):
+                reads |= {o.buffer for o in (s.a, s.b, s.c) if isinstance(o, lp.MmaBuf)}
+                continue
+            parts = s.parts if isinstance(s, lp.FusedNest) else (
+                (s,) if isinstance(s, lp.Nest | lp.ReduceNest) else ())
+            written: dict[str, lp.BufWrite] = {}
+            for p in parts:
+                got = list(lp.elem_reads(p.value))
+                if isinstance(p, lp.SquaresNest):
+                    got += lp.elem_reads(p.center)
+                for r in got:
+                    w = written.get(r.buffer) if isinstance(r, lp.BufRead) else None
+                    if isinstance(r, lp.BufRead) and (
+                            w is None or (r.index, r.version) != (w.index, w.version)):
+                        reads.add(r.buffer)
+                if isinstance(p, lp.Nest) and isinstance(p.dest, lp.BufWrite):
+                    written[p.dest.buffer] = p.dest
+                    if isinstance(s, lp.FusedNest):
+                        fused.add(p.dest.buffer)
+    return frozenset(b for b in fused - reads
+                     if program.buffer(b).role in ("materialized", "virtual"))
+
+
+def _chan(b: ir.IRBuilder, x: tuple[ir.Value, ir.Value, ir.Value],
+          y: tuple[ir.Value, ir.Value, ir.Value]) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """Chan's merge of two (count, mean, m2) (lane-wise on vectors): an empty side leaves
+    the other unchanged."""
+    (na, ma, qa), (nb, mb, qb) = x, y
+    t = na.type
+    zero = ir.Constant(t, [0.0] * t.count) if isinstance(t, ir.VectorType) \
+        else ir.Constant(t, 0.0)
+    one = ir.Constant(t, [1.0] * t.count) if isinstance(t, ir.VectorType) \
+        else ir.Constant(t, 1.0)
+    n = b.fadd(na, nb)
+    f = b.fdiv(nb, b.select(b.fcmp_ordered(">", n, zero), n, one))  # nb / n
+    d = b.fsub(mb, ma)
+    m = b.fadd(ma, b.fmul(d, f))
+    q = b.fadd(b.fadd(qa, qb), b.fmul(b.fmul(d, d), b.fmul(na, f)))
+    return n, m, q
 
 
 def _identity(fn: ReduceFn, dt: DType) -> float | int:

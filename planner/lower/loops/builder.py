@@ -31,7 +31,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, Sym, add, mod, mul, product
 from planner.ir.layout import Layout, XorSwizzle, dense
 from planner.ir.types import MemoryType, TileType, ViewType
-from planner.lower.loops.fuse import fuse_siblings
+from planner.lower.loops.fuse import fuse_siblings, one_pass_squares
 from planner.lower.loops.ir import (
     Barrier,
     Binary,
@@ -51,6 +51,7 @@ from planner.lower.loops.ir import (
     Nest,
     Parallel,
     Pipeline,
+    Prefetch,
     ReduceNest,
     Segment,
     Select,
@@ -488,6 +489,11 @@ class _Builder(PlannedUses):
             params.append(ViewParam(self.name(p), vt.dtype, vt.shape, vt.readonly))
         segments = [dataclasses.replace(seg, body=fuse_siblings(seg.body, self._pinned))
                     for seg in segments]
+        if self.plan is not None and self.target is not None \
+                and self.target.backend == "llvm-cpu":  # SquaresNest: the CPU emitter's
+            env = dict(self.plan.bindings)
+            segments = [dataclasses.replace(seg, body=one_pass_squares(
+                seg.body, self.buffers, env, self._pinned)) for seg in segments]
         symbols = self._symbols(segments, params)
         target = self._target_name()
         return LoopProgram(self.kernel.name, target, tuple(params), tuple(symbols),
@@ -644,7 +650,7 @@ class _Builder(PlannedUses):
     def _emit_alloc(self, op: core.AllocOp, ctx: _Ctx) -> None:
         if op.memory in self.mem_buf:
             return  # hoisted out of the temporal region that declares it
-        if not any(isinstance(u, (core.MemStoreOp, core.MemLoadOp))
+        if not any(isinstance(u, (core.MemStoreOp, core.MemLoadOp, core.CopyAsyncOp))
                    for u, _ in self.uses.get(op.memory, ())):
             self._memory_resource(op)  # S14: never bypasses its resource constraint
             # S14: an unused allocation (zero-sized or not) has no address events; the
@@ -684,6 +690,54 @@ class _Builder(PlannedUses):
         ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), tt.shape,
                                              BufWrite(name, idx, self.memory_version(name)),
                                              self.read(op.tile, idx, op, 2))))
+
+    def _emit_copy_async(self, op: core.CopyAsyncOp, ctx: _Ctx) -> None:
+        """A copy into a Memory's current version, as the realization decides
+        (:mod:`planner.realize.copies`): the issuing worker copies the window itself (no
+        CPU or Metal target has an asynchronous engine); elements outside a view read
+        ``fill``, as ``tile.load`` does."""
+        name = self.mem_buf[op.memory]
+        planned = self.copy_plan(op)
+        how = planned.detail if planned is not None else "in program order (no plan)"
+        self.notes.append(f"copy into %{name} (line {op.loc.line}): {how}")
+        idx = _vars(len(op.shape))
+        index = tuple(add(o, i) for o, i in zip(op.offsets, idx, strict=True))
+        if len(op.source) == 1:
+            view = op.source[0]
+            vt = view.type
+            assert isinstance(vt, ViewType)
+            vname = self.name(view)
+            src: Elem = ViewRead(vname, index, op.fill, vt.dtype,
+                                 Window(vname, op.offsets, op.shape))
+        else:
+            sname = self.mem_buf[op.source[0]]
+            src = BufRead(sname, index, self.memory_version(sname),
+                          self.buffers[sname].dtype)
+        if planned is not None and planned.mode == "prefetch" and len(op.source) == 1:
+            nxt = self._next_window(op)
+            if nxt is not None:
+                ctx.out.append(Prefetch(nxt))
+        ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), op.shape,
+                                             BufWrite(name, idx, self.memory_version(name)),
+                                             src)))
+
+    def _next_window(self, op: core.CopyAsyncOp) -> Window | None:
+        """The window this copy reads one iteration of its innermost loop later (what a
+        prefetching engine fetches ahead), or None outside a loop or where the window
+        does not move with it."""
+        if not self.loop_stack:
+            return None
+        loop = self.loop_stack[-1]
+        step = {a.index.name: add(a.index, Const(1)) for a in loop.axes[-1:]}
+        offsets = tuple(o.substitute(step) for o in op.offsets)
+        if offsets == op.offsets:
+            return None
+        vname = self.name(op.source[0])
+        return Window(vname, offsets, op.shape)
+
+    def _emit_wait(self, op: core.WaitOp, ctx: _Ctx) -> None:
+        """The copy ran in program order: nothing left to wait for (a Metal group's
+        barrier before the destination is read is placed like any Memory store's)."""
 
     def _pinned(self, nest: Nest | ReduceNest) -> bool:
         """Nests sibling fusion may not move earlier: those writing a buffer in a resource
@@ -911,10 +965,10 @@ class _Builder(PlannedUses):
                 if span > 0:
                     self.value_versioned[v] = (op, span + 1)
             for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if not isinstance(x, core.MemStoreOp):
+                if not isinstance(x, core.MEMORY_WRITE_OPS):
                     continue
                 span = 0
-                for r, _ in self.uses.get(x.result, []):
+                for r, _ in self.uses.get(x.results[0], []):
                     if isinstance(r, core.MemLoadOp):
                         for s in self.pipelines.eval_stages(r.result, op, info):
                             span = max(span, info.lags[s] - lag_w)
@@ -1078,6 +1132,8 @@ _GENERATE: dict[type, Callable[[_Builder, Op, _Ctx], None]] = {
     core.StoreOp: _Builder._emit_store,
     core.AllocOp: _Builder._emit_alloc,
     core.MemStoreOp: _Builder._emit_mem_store,
+    core.CopyAsyncOp: _Builder._emit_copy_async,
+    core.WaitOp: _Builder._emit_wait,
     core.ParallelOp: _Builder._emit_parallel,
     core.LoopOp: _Builder._emit_loop,
     core.YieldOp: _Builder._emit_yield,

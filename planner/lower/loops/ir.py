@@ -41,9 +41,11 @@ __all__ = [
     "Note",
     "Parallel",
     "Pipeline",
+    "Prefetch",
     "ReduceNest",
     "Segment",
     "Select",
+    "SquaresNest",
     "Stage",
     "Stmt",
     "Unary",
@@ -356,6 +358,18 @@ class ReduceNest(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class SquaresNest(ReduceNest):
+    """``dest[vars[:-1]] = sum over vars[-1] of (value - center)²`` in one pass over the
+    row: ``center`` (invariant along the row) is evaluated after it, and the sum is
+    ``m2 + n·(mean - center)²`` from the row's count ``n``, mean and centered sum of
+    squares ``m2`` (Welford's update, per lane, merged by Chan's formula): two
+    non-negative terms, so no cancellation whatever ``center`` is.  Only a part of a
+    :class:`FusedNest`, after the reductions ``center`` reads (``fn`` is ``SUM``)."""
+
+    center: Elem
+
+
+@dataclass(frozen=True, slots=True)
 class FusedNest(Stmt):
     """Sibling nests over the same iteration space run as one loop, part by part at each
     point (a value read at the point it was just written is forwarded, not reloaded);
@@ -468,6 +482,15 @@ class Note(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Prefetch(Stmt):
+    """Ask the cache for ``window`` of a view ahead of its use (a prefetching copy engine,
+    :mod:`planner.realize.copies`: the next copy's source); lines outside the view are
+    not touched.  It never changes a result."""
+
+    window: Window
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """A top-level part of the kernel: parallel instances or one serial run."""
 
@@ -568,6 +591,12 @@ def _fmt_reduce(s: ReduceNest, pad: str, depth: int) -> list[str]:
     return [head, f"{pad}  {s.dest} = {s.fn.value} over {s.vars[-1]} of {format_elem(s.value)}"]
 
 
+def _fmt_squares(s: SquaresNest, pad: str, depth: int) -> list[str]:
+    head = _fmt_reduce(s, pad, depth)[0]
+    return [head, f"{pad}  {s.dest} = sum over {s.vars[-1]} of ({format_elem(s.value)} - "
+                  f"{_operand_text(s.center)})^2  (one pass, center after the row)"]
+
+
 def _fmt_fused(s: FusedNest, pad: str, depth: int) -> list[str]:
     head = f"{pad}nest {_loop_head(s.vars, s.extents)}  (fused)"
     if s.windows:
@@ -609,9 +638,14 @@ def _fmt_note(s: Note, pad: str, depth: int) -> list[str]:
     return [f"{pad}-- {s.text}"]
 
 
+def _fmt_prefetch(s: Prefetch, pad: str, depth: int) -> list[str]:
+    return [f"{pad}prefetch {s.window}"]
+
+
 _FORMAT: dict[type, Callable[..., list[str]]] = {
-    Nest: _fmt_nest, ReduceNest: _fmt_reduce, FusedNest: _fmt_fused, Mma: _fmt_mma, Loop: _fmt_loop,
-    Pipeline: _fmt_pipeline, Parallel: _fmt_parallel, Barrier: _fmt_barrier, Note: _fmt_note,
+    Nest: _fmt_nest, ReduceNest: _fmt_reduce, SquaresNest: _fmt_squares, FusedNest: _fmt_fused,
+    Mma: _fmt_mma, Loop: _fmt_loop, Pipeline: _fmt_pipeline, Parallel: _fmt_parallel,
+    Barrier: _fmt_barrier, Note: _fmt_note, Prefetch: _fmt_prefetch,
 }
 
 

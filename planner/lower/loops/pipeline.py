@@ -51,14 +51,14 @@ class PipelineAnalysis:
                     needs.append((w, self.buffer_read_stages(v, op, info), max(planned),
                                   "%" + self.planned.name(v)))
             for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
-                if not isinstance(x, core.MemStoreOp):
+                if not isinstance(x, core.MEMORY_WRITE_OPS):
                     continue
                 alloc = self.planned.producer(x.memory)
                 mp = self.planned.memory_plan(alloc) if isinstance(alloc, core.AllocOp) else None
                 if mp is None:
                     continue
                 reads: set[int] = set()
-                for r, _ in self.planned.uses.get(x.result, []):
+                for r, _ in self.planned.uses.get(x.results[0], []):
                     if isinstance(r, core.MemLoadOp):
                         reads |= self.eval_stages(r.result, op, info)
                 needs.append((w, reads, mp.versions, mp.name))

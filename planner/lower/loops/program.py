@@ -35,12 +35,15 @@ The model
 * **Statements.**  :class:`Nest` assigns an expression over an iteration space (the
   innermost variable is the one a backend vectorizes; a nest writing a transposed
   layout iterates so that its destination is unit-stride there);
-  :class:`ReduceNest` reduces over its innermost variable; :class:`FusedNest` runs
+  :class:`ReduceNest` reduces over its innermost variable (:class:`SquaresNest`, on the
+  CPU, sums the squares of ``a - c`` in the pass that evaluates ``a``, see
+  :func:`~planner.lower.loops.fuse.one_pass_squares`); :class:`FusedNest` runs
   sibling nests over the same space as one loop (a producer and the reduction that
   reads it, one pass over the row instead of two; a nest may move before independent
-  nests to join one, unless it writes registers, which would then be held longer than
-  the plan counts); :class:`Mma` calls the backend's
-  matrix multiply on row-major buffers, or in place on a view window when it lies
+  nests to join one, one that writes registers only before nests that read no buffer,
+  which keeps the registers held within what the plan counts; a buffer only ever read
+  at the point just written is not stored by the CPU backend); :class:`Mma` calls the
+  backend's matrix multiply on row-major buffers, or in place on a view window when it lies
   inside the view (staged with its fill otherwise), other operands being staged;
   :class:`Loop`, :class:`Pipeline`, :class:`Parallel` are the temporal and
   nested-spatial structure; :class:`Barrier` marks the plan's sync points.
@@ -111,9 +114,11 @@ from planner.lower.loops.ir import (
     Note,
     Parallel,
     Pipeline,
+    Prefetch,
     ReduceNest,
     Segment,
     Select,
+    SquaresNest,
     Stage,
     Stmt,
     Unary,
@@ -153,9 +158,11 @@ __all__ = [
     "Note",
     "Parallel",
     "Pipeline",
+    "Prefetch",
     "ReduceNest",
     "Segment",
     "Select",
+    "SquaresNest",
     "Stage",
     "Stmt",
     "Unary",

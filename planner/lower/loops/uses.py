@@ -15,6 +15,7 @@ from planner.ir.graph import dataflow_graph, edge_id, live_edges, node_names, re
 from planner.ir.printer import Printer, PrintOptions, ValueNamer
 from planner.ir.types import TileType, ViewType
 from planner.plan.decisions import (
+    CopyPlan,
     Decision,
     EdgePlan,
     MaterializationPlan,
@@ -156,7 +157,7 @@ class PlannedUses:
             for o in [other, *(x for b in other.region_blocks() for x in b.walk())]:
                 if isinstance(o, core.StoreOp) and o.view is source:
                     return False
-                if isinstance(o, core.MemStoreOp) and o.memory is source:
+                if isinstance(o, core.MEMORY_WRITE_OPS) and o.memory is source:
                     return False
         return True
 
@@ -199,6 +200,14 @@ class PlannedUses:
         return (not self.reads_buffer(v, consumer, operand)
                 and self.decision(v, consumer, operand) is Decision.RECOMPUTED
                 and self.rederivable(v, self.owner(consumer)))
+
+    def copy_plan(self, op: core.CopyAsyncOp) -> CopyPlan | None:
+        """The plan's record of how ``op`` runs (engine, mode, versions)."""
+        if self.plan is None:
+            return None
+        want = "%" + self.name(op.memory)
+        return next((c for c in self.plan.copies
+                     if c.memory == want and c.line == op.loc.line), None)
 
     def memory_plan(self, op: core.AllocOp) -> MemoryPlan | None:
         if self.plan is None:

@@ -427,6 +427,10 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
     def _note(self, s: lp.Note) -> list[_Node]:
         return [_Comment(s.text)]
 
+    def _prefetch(self, s: lp.Prefetch) -> list[_Node]:
+        """MSL has no prefetch: a hint only, so it stays a comment."""
+        return [_Comment(f"prefetch {s.window} (no MSL prefetch: hint dropped)")]
+
     def _describe(self, dest: lp.BufWrite | lp.ViewWrite) -> str:
         if isinstance(dest, lp.ViewWrite):
             return f"store {dest.window}"
@@ -590,6 +594,7 @@ _CONVERT: dict[type, Callable[[_Emitter, Any], list[_Node]]] = {
     lp.Nest: _Emitter._nest, lp.ReduceNest: _Emitter._reduce, lp.FusedNest: _Emitter._fused,
     lp.Mma: _Emitter._mma, lp.Loop: _Emitter._loop, lp.Pipeline: _Emitter._pipeline,
     lp.Parallel: _Emitter._parallel, lp.Barrier: _Emitter._barrier, lp.Note: _Emitter._note,
+    lp.Prefetch: _Emitter._prefetch,
 }
 
 
