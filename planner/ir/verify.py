@@ -413,6 +413,19 @@ class _Verifier:
             return self.loop(op, scopes, parallel_depth, current)
         return current
 
+    def check_yielded_state(self, term: Op | None, mem: Value, y: Value | None,
+                            after: Mapping[int, Value]) -> None:
+        """S15 for the state a region yields in ``mem``'s carried slot: a state of ``mem``,
+        and the one reaching the yield."""
+        if y is None or self.state_memory.get(id(y)) is not mem:
+            other = self.state_memory.get(id(y)) if y is not None else None
+            self.err(term, "S15", f"region.yield carries a state of "
+                     f"{self.mem_name(other) if other else 'no memory'} in the slot of "
+                     f"{self.mem_name(mem)}: states cannot be swapped between memories")
+        elif after.get(id(mem)) is not y:
+            self.err(term, "S15", f"region.yield of {self.mem_name(mem)} yields an old "
+                                  "state: only the reaching state may be carried")
+
     def mem_name(self, mem: Value) -> str:
         return f"memory {value_name(mem)}"
 
@@ -519,14 +532,7 @@ class _Verifier:
         out = dict(current)
         for i, mem in carried:
             y = term.values[i] if term is not None else None
-            if y is None or self.state_memory.get(id(y)) is not mem:
-                other = self.state_memory.get(id(y)) if y is not None else None
-                self.err(term, "S15", f"region.yield carries a state of "
-                         f"{self.mem_name(other) if other else 'no memory'} in the slot of "
-                         f"{self.mem_name(mem)}: states cannot be swapped between memories")
-            elif after.get(id(mem)) is not y:
-                self.err(term, "S15", f"region.yield of {self.mem_name(mem)} yields an old "
-                                      "state: only the reaching state may be carried")
+            self.check_yielded_state(term, mem, y, after)
             res = op.results[i]
             self.state_memory[id(res)] = mem
             init_ok = self.initialized.get(id(op.inits[i]), True)
@@ -779,14 +785,7 @@ class _Verifier:
 
         for i, mem in carried_mems:
             y = term.values[i]
-            if self.state_memory.get(id(y)) is not mem:
-                other = self.state_memory.get(id(y))
-                self.err(term, "S15", f"region.yield carries a state of "
-                         f"{self.mem_name(other) if other else 'no memory'} in the slot of "
-                         f"{self.mem_name(mem)}: states cannot be swapped between memories")
-            elif after.get(id(mem)) is not y:
-                self.err(term, "S15", f"region.yield of {self.mem_name(mem)} yields an old "
-                                      "state: only the reaching state may be carried")
+            self.check_yielded_state(term, mem, y, after)
             res = op.results[i]
             self.state_memory[id(res)] = mem
             init_ok = self.initialized.get(id(op.inits[i]), True)
