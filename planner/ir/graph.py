@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from planner.errors import Diagnostic, PlannerError
+from planner.errors import Diagnostic, PlannerError, Severity
 from planner.ir import core
 from planner.ir.core import Block, Kernel, LoopKind, LoopOp, Op, ParallelOp, Value
 from planner.ir.expr import Expr, product
@@ -71,29 +71,24 @@ def _eval(e: Expr, env: Mapping[str, int] | None) -> int | None:
 UNPLANNABLE_OPS: tuple[type[Op], ...] = ()
 
 
-def window_store_refusals(kernel: Kernel) -> list[Diagnostic]:
-    """One refusal per windowed ``memory.store`` (S16): realize, solve and the backends
-    treat every Memory store as a whole-Memory write, so they would write the tile at the
-    Memory's origin; and a child parallel writing an ancestor's Memory needs its join
-    (a barrier on Metal) lowered.  The verifier and the interpreter support both."""
-    out = []
-    for op in kernel.walk():
-        if not (isinstance(op, core.MemStoreOp) and op.windowed):
-            continue
-        region = _writing_parallel(op)
-        where = (f"from each instance of child parallel region {region.label!r} into an "
-                 "ancestor's Memory (range-aware MemorySSA, S16)" if region is not None
-                 else "of a window of its Memory")
-        out.append(Diagnostic(
-            f"kernel {kernel.name!r} uses a windowed memory.store at line {op.loc.line} "
-            f"{where}: planning and lowering support only whole-Memory stores yet, so they "
-            "refuse it (the verifier and the reference interpreter support it: "
-            "`planner check`, `planner interpret`)", op.loc, "S16"))
-    return out
+def window_store_errors(kernel: Kernel) -> list[Diagnostic]:
+    """The verifier's S16 errors of a kernel with windowed ``memory.store`` ops: planning
+    and lowering write each window into the one buffer of its Memory, which is sound only
+    where z3 proved the instances' windows disjoint and inside the Memory, so they refuse
+    what the verifier refutes (overlapping windows with the two instances and the element
+    as counterexample, windows outside the Memory, unproved ones).  Empty without
+    windowed stores (the verifier is not run then)."""
+    if not any(isinstance(op, core.MemStoreOp) and op.windowed for op in kernel.walk()):
+        return []
+    from planner.ir.verify import collect_diagnostics  # lazily: its S16 checks load z3
+
+    return [d for d in collect_diagnostics(kernel)
+            if d.rule == "S16" and d.severity is Severity.ERROR]
 
 
-def _writing_parallel(op: core.MemStoreOp) -> ParallelOp | None:
-    """The outermost parallel around ``op`` below the declaration of its Memory, if any."""
+def writing_parallel(op: core.MemStoreOp) -> ParallelOp | None:
+    """The outermost parallel around ``op`` below the declaration of its Memory, if any:
+    the child region whose instances write windows of an ancestor's Memory (S16)."""
     alloc = op.memory.owner
     home = alloc.parent if isinstance(alloc, Op) else None
     found, block = None, op.parent
@@ -109,8 +104,9 @@ def refuse_unplannable(kernel: Kernel) -> None:
     """Raise PlannerError (kind ``unsupported``) naming each op planning cannot handle.
 
     Today there are none (asynchronous copies are planned since issue 12; how each runs
-    is :mod:`planner.realize.copies`).  Called by :func:`dataflow_graph`, which planning
-    and lowering under a plan both build.
+    is :mod:`planner.realize.copies`).  A kernel whose windowed stores the verifier
+    refutes (S16, :func:`window_store_errors`) raises kind ``invalid-ir``.  Called by
+    :func:`dataflow_graph`, which planning and lowering under a plan both build.
     """
     found: dict[str, list[Op]] = {}
     for op in kernel.walk():
@@ -124,9 +120,11 @@ def refuse_unplannable(kernel: Kernel) -> None:
             "it is not built yet, so planning and lowering refuse it (the verifier and "
             "the reference interpreter support it: `planner check`, `planner interpret`)",
             ops[0].loc))
-    diags += window_store_refusals(kernel)
     if diags:
         raise PlannerError(diags, kind="unsupported")
+    windows = window_store_errors(kernel)
+    if windows:
+        raise PlannerError(windows, kind="invalid-ir")
 
 
 def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None

@@ -5,9 +5,12 @@ in order and the answer says why.  A cut is unsafe when a stage uses a value of 
 stage, a view is stored before the last stage, a carried value is used in several stages
 (a recurrence across the cut), explicit Memory is read in a state from an earlier
 iteration or from outside the loop, or is stored in several stages (a recurrence through
-outer Memory stays ordered unless a legal cut is proved).  This depends only on the
-kernel, so the cost model (how many versions a Memory or value may want) and the loop
-program (the schedule it builds) ask :func:`pipeline_schedule` the same question.
+outer Memory stays ordered unless a legal cut is proved), or is written in windows (by
+the instances of a child parallel, S16) and read in a later stage: a partially written
+Memory keeps one version, and the parallel's join is the state its loads read.  This
+depends only on the kernel, so the cost model (how many versions a Memory or value may
+want) and the loop program (the schedule it builds) ask :func:`pipeline_schedule` the
+same question.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from planner.ir.core import Block, Kernel, LoopKind, LoopOp, Op, Value
 from planner.ir.types import StateType
 
 __all__ = ["KernelIndex", "PipeInfo", "PipelineCuts", "pipeline_schedule"]
+
+#: Ops whose result is a Memory's next state: its writers, and a child parallel joining
+#: the windows its instances wrote (S16, range-aware MemorySSA).
+_STATE_PRODUCERS: tuple[type[Op], ...] = (*core.MEMORY_WRITE_OPS, core.ParallelOp)
 
 
 @dataclass
@@ -116,7 +123,7 @@ class PipelineCuts:
             for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
                 if isinstance(x, core.MemLoadOp):
                     src = self.index.producer(x.state)
-                    if src is None or not isinstance(src, core.MEMORY_WRITE_OPS) \
+                    if src is None or not isinstance(src, _STATE_PRODUCERS) \
                             or self._top_or_none(src, op) is None:
                         return (f"Memory {self.index.name(x.memory)} is read in a state from an "
                                 "earlier iteration or from outside the loop (a recurrence "
@@ -129,8 +136,32 @@ class PipelineCuts:
         for memv, st in stores.items():
             if len(st) > 1:
                 return f"Memory {self.index.name(memv)} is stored in several stages"
+        reason = self._window_problem(body, stage_of, op)
+        if reason:
+            return reason
         lags = tuple(min(s, op.window - 1) for s in range(len(op.stages)))
         return PipeInfo(stage_of, lags)
+
+    def _window_problem(self, body: list[Op], stage_of: dict[Op, int], op: LoopOp) -> str:
+        """A Memory written in windows (S16) refines one buffer: its versions cannot
+        rotate (a fresh version would hold only this iteration's windows), so it may not
+        be read in a later stage than the one that writes it."""
+        written: dict[Value, int] = {}
+        read: dict[Value, set[int]] = {}
+        for o in body:
+            for x in [o, *(y for b in o.region_blocks() for y in b.walk())]:
+                if isinstance(x, core.MemStoreOp) and x.windowed:
+                    written[x.memory] = stage_of[o]
+                elif isinstance(x, core.MemLoadOp):
+                    read.setdefault(x.memory, set()).add(stage_of[o])
+        for memv, st in written.items():
+            later = sorted(s for s in read.get(memv, ()) if s != st)
+            if later:
+                return (f"Memory {self.index.name(memv)} is written in windows in stage "
+                        f"{op.stages[st]} and read in stage {op.stages[later[0]]}: a "
+                        "partially written Memory keeps one version (S16), so the stages "
+                        "cannot overlap")
+        return ""
 
     def _state_carry_problem(self, op: LoopOp, i: int, arg: Value,
                              stage_of: dict[Op, int]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from planner.catalog import Resource
+from planner.catalog import Resource, Target
 from planner.ir import core
 from planner.solve.context import Context, executions_of, latency_cycles, owner_of, tile_shape
 from planner.solve.copies import copy_realization
@@ -65,13 +65,36 @@ def _memory_homes(ctx: Context, op: core.AllocOp, default: Resource) -> list[Res
 def _memory_sync(ctx: Context, op: core.AllocOp, res: Resource) -> str | None:
     """The sync rule ordering the Memory's stores before its loads in ``res``: the one
     for the scopes that touch it (the owner's, or the nearest scope above every access),
-    named only; its cost is not part of the objective, so it never moves a decision."""
+    named only; its cost is not part of the objective, so it never moves a decision.
+
+    When the instances of a child parallel write windows of it (S16), the rule is the
+    one at the join: the instances (other members of the owner's scope) must all have
+    written before the owner reads, which a coherent resource needs too (its catalog
+    rule for the owner's scope, where it names one)."""
     mb = ctx.binding.memory(op)
     scope = mb.owner_scope
     for s in mb.scopes:
         if not ctx.target.is_ancestor_or_self(scope, s):
             scope = ctx.binding.root
-    return ctx.fig.sync_rule(res, scope)[0]
+    rule = ctx.fig.sync_rule(res, scope)[0]
+    if rule is not None or not any(_windowed(a.op) for a in mb.accesses
+                                   if a.scope != mb.owner_scope):
+        return rule
+    return join_sync_rule(ctx.target, res, scope)
+
+
+def join_sync_rule(target: Target, res: Resource, scope: str) -> str | None:
+    """The catalog's sync rule of ``res`` that orders the members of ``scope`` (the join
+    of a child parallel's windowed stores, S16): the rule at ``scope``, else the nearest
+    one above it; None when the resource names none."""
+    rules = [r for r in res.sync if target.is_ancestor_or_self(r.scope, scope)]
+    if not rules:
+        return None
+    return max(rules, key=lambda r: target.scope_depth(r.scope)).name
+
+
+def _windowed(op: object) -> bool:
+    return isinstance(op, core.MemStoreOp) and op.windowed
 
 
 def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:
@@ -97,7 +120,11 @@ def _memory_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...
     """Versions an explicit Memory wants: stores (copies included) and loads in different
     stages of a running pipeline, or an async copy overlapping the iteration before it is
     waited for (:mod:`planner.realize.copies`), whose transfer is exposed as a stall per
-    missing version."""
+    missing version.  A Memory written in windows (S16) keeps one version: its versions
+    must not rotate, and :mod:`planner.realize.pipeline` runs a pipeline that would need
+    them in order."""
+    if any(_windowed(ctx.g.nodes[n]["op"]) for n in uses):
+        return 1, (0,)  # a window refines the one buffer: a fresh version would lack the rest
     stage_v, stage_stall = _stage_versions(ctx, uses)
     copy_v, copy_stall = _copy_versions(ctx, uses)
     maxv = max(stage_v, copy_v)

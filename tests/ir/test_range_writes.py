@@ -385,22 +385,25 @@ def test_parsed_overlap_is_refuted_at_the_text_line():
 # --------------------------------------------------------------------------- planning
 
 
-def test_planning_and_lowering_refuse_window_stores():
+def test_planning_and_lowering_refuse_overlapping_window_stores():
+    """Disjoint windows plan (tests/lower/test_range_writes_lowered.py runs them); windows
+    the verifier refutes are refused by the planning graph, the planner and the loop
+    program with the verifier's S16 counterexample."""
     from planner.lower import build_loop_program
     from planner.solve import plan_kernel
 
-    k, fn = build_rows()
+    dataflow_graph(build_rows()[0])  # accepted
+    k, fn = build_rows(height=T + 1, extra_rows=1, init=True)
     for call in (lambda: dataflow_graph(k),
                  lambda: plan_kernel(k, CatalogRegistry().get("x86-avx2"), {"M": 7, "N": 4}),
                  lambda: build_loop_program(k, None)):
         with pytest.raises(PlannerError) as exc:
             call()
         err = exc.value
-        assert err.kind == "unsupported"
-        (d,) = [d for d in err.diagnostics if "windowed memory.store" in d.message]
-        line = _line(fn, "# the window store")
-        assert d.loc.line == line and f"line {line}" in d.message
-        assert "child parallel region 'g'" in d.message
+        assert err.kind == "invalid-ir"
+        (d,) = err.diagnostics
+        assert d.rule == "S16" and d.loc.line == _line(fn, "# the window store")
+        assert "instance %g = 0 and instance %g = 1 both write element [3, 0]" in d.message
 
 
 # --------------------------------------------------------------------------- property

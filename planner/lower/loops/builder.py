@@ -3,8 +3,10 @@
 :class:`_Builder` walks the kernel once, segment by segment: buffers from the edges'
 decisions and the plan's Memory homes, element expressions that read a buffer, inline
 their producer or re-derive its chain, a statement for each op, and temporal loops as
-ordered loops or software pipelines with their carries and versions.
-:func:`build_loop_program` is the entry point.
+ordered loops or software pipelines with their carries and versions.  A windowed Memory
+store writes just its window of the Memory's one buffer; the instances of a child parallel
+writing windows of an ancestor's Memory share that buffer (S16), and the plan's sync rule
+for it follows the parallel (the join).  :func:`build_loop_program` is the entry point.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from planner.ir.core import (
 )
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, Sym, add, mod, mul, product
+from planner.ir.graph import writing_parallel
 from planner.ir.layout import Layout, XorSwizzle, dense
-from planner.ir.types import MemoryType, TileType, ViewType
+from planner.ir.types import MemoryType, StateType, TileType, ViewType
 from planner.lower.loops.fuse import fuse_siblings, one_pass_squares
 from planner.lower.loops.ir import (
     Barrier,
@@ -683,12 +686,19 @@ class _Builder(PlannedUses):
         return res.name, res.resource_class
 
     def _emit_mem_store(self, op: core.MemStoreOp, ctx: _Ctx) -> None:
+        """The tile into its Memory's buffer: the whole buffer, or just the window
+        ``offsets`` +: ``shape`` (S16: the instances of a child parallel each write their
+        own window of the one buffer their ancestor owns; the other elements keep their
+        values)."""
         tt = op.tile.type
         assert isinstance(tt, TileType)
         name = self.mem_buf[op.memory]
         idx = _vars(tt.rank)
+        at = tuple(add(o, i) for o, i in zip(op.offsets, idx, strict=True)) \
+            if op.windowed else idx
         ctx.out.append(self._dest_order(Nest(tuple(map(str, idx)), tt.shape,
-                                             BufWrite(name, idx, self.memory_version(name)),
+                                             BufWrite(name, at, self.memory_version(name),
+                                                      op.offsets if op.windowed else ()),
                                              self.read(op.tile, idx, op, 2))))
 
     def _emit_copy_async(self, op: core.CopyAsyncOp, ctx: _Ctx) -> None:
@@ -774,8 +784,35 @@ class _Builder(PlannedUses):
             self._gen_op(o, inner)
         ctx.out.append(Parallel(op.label, tuple(a.index.name for a in op.axes),
                                 tuple(a.extent for a in op.axes), tuple(inner.out)))
+        self._join_barriers(op, ctx)
+
+    def _join_barriers(self, op: ParallelOp, ctx: _Ctx) -> None:
+        """After a child parallel whose instances wrote windows of an ancestor's Memory
+        (S16): the plan's sync rule for that Memory, at the join (one barrier per rule)."""
+        if not op.inits or self.plan is None:
+            return
+        names = dict.fromkeys(self.mem_buf[x.memory] for x in op.body.walk()
+                              if isinstance(x, core.MemStoreOp) and x.windowed
+                              and writing_parallel(x) is op and x.memory in self.mem_buf)
+        rules: dict[str, list[str]] = {}
+        for name in names:
+            planned = next((b for b in self.plan.buffers
+                            if b.role == "memory" and b.name == f"%{name}"), None)
+            if planned is not None and planned.sync:
+                rules.setdefault(planned.sync, []).append(f"%{name}")
+        for rule, bufs in rules.items():
+            ctx.out.append(Barrier(rule, self._sync_scope(rule),
+                                   f"join of parallel {op.label}: the instances' windows of "
+                                   f"{', '.join(bufs)} written, then read"))
 
     def _emit_yield(self, op: core.YieldOp, ctx: _Ctx) -> None:
+        """A parallel's yield of the states its instances wrote windows of (S16): nothing
+        to copy, the windows are in the one buffer of the ancestor's Memory, which is also
+        the region's joined state."""
+        region = op.parent.parent if op.parent is not None else None
+        if isinstance(region, ParallelOp) and all(
+                isinstance(v.type, StateType) for v in op.values):
+            return
         raise error("lowering: region.yield outside a loop body", op.loc, kind=_KIND)
 
     # ------------------------------------------------------------------ loops

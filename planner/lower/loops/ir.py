@@ -293,9 +293,14 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True)
 class BufWrite:
+    """A write of one buffer element.  ``offsets`` is the origin of the window a windowed
+    ``memory.store`` fills (S16): ``index`` is then ``offsets`` plus the nest's variables;
+    empty for a write of the whole buffer."""
+
     buffer: str
     index: tuple[Expr, ...]
     version: Expr
+    offsets: tuple[Expr, ...] = ()
 
     def __str__(self) -> str:
         ver = "" if self.version == Const(0) else f"<{self.version}>"

@@ -3,10 +3,12 @@
 A statement's accesses (:class:`_Access`: a byte range of the arena, a written view or
 a device buffer, with the version of the buffer it touches) conflict with an access
 since the last barrier when another thread may have written what it reads, or may still
-read what it writes; accesses by the element's owner never do.  :class:`_BarrierPlacement`
-is the emitter's step that puts a uniform barrier between statements before the first
-conflict, analysing loops and pipeline stages to a fixed point (the emitter's module doc
-states the design).
+read what it writes; accesses by the element's owner never do, nor do the windowed
+stores of two different instances of a nested parallel (disjoint by S16; a window is not
+written by the element's owner, so what follows the join does conflict with it).
+:class:`_BarrierPlacement` is the emitter's step that puts a uniform barrier between
+statements before the first conflict, analysing loops and pipeline stages to a fixed
+point (the emitter's module doc states the design).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class _Access:
     version: Expr
     loop: str | None  # the loop whose iteration the version counts
     shift: int  # iterations (time steps) before the current one
+    #: a windowed store (S16): the nested parallels whose instances it runs in, and those
+    #: of them in which it ran in an earlier instance than the current one
+    instances: tuple[str, ...] = ()
+    earlier: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,7 @@ class _LoopCtx:
     label: str
     vars: frozenset[str]
     lag: int
+    instances: bool = False  # the instances of a nested parallel, one after another
 
 
 def _modulus(v: Expr) -> int | None:
@@ -74,10 +81,18 @@ def _may_alias(p: _Access, a: _Access) -> bool:
     return True
 
 
+def _other_instances(p: _Access, a: _Access) -> bool:
+    """Whether ``p`` and ``a`` are windowed stores of one buffer by two different instances
+    of a nested parallel: the verifier proved their windows disjoint (S16), so the
+    threads that write them never write one element."""
+    return p.buffer == a.buffer and any((label in p.earlier) != (label in a.earlier)
+                                        for label in set(p.instances) & set(a.instances))
+
+
 def _conflict(p: _Access, a: _Access) -> bool:
     owner = p.aligned and a.aligned and p.buffer == a.buffer  # both by the element's owner
     return (p.key == a.key and p.lo < a.hi and a.lo < p.hi and (p.write or a.write)
-            and not owner and _may_alias(p, a))
+            and not owner and _may_alias(p, a) and not _other_instances(p, a))
 
 
 def _normalize(a: _Access) -> _Access:
@@ -106,7 +121,11 @@ class _BarrierPlacement:
     def accesses(self, w: _Work, loops: tuple[_LoopCtx, ...]) -> list[_Access]:
         out: list[_Access] = []
 
-        def note(name: str, version: Expr, write: bool, aligned: bool) -> None:
+        windowed = isinstance(w.dest, lp.BufWrite) and bool(w.dest.offsets)
+        instances = tuple(c.label for c in loops if c.instances) if windowed else ()
+
+        def note(name: str, version: Expr, write: bool, aligned: bool,
+                 inst: tuple[str, ...] = ()) -> None:
             if name in self.views:
                 if self.views[name].readonly:
                     return
@@ -127,10 +146,12 @@ class _BarrierPlacement:
                     loop, shift = ctx.label, ctx.lag
                     break
             out.append(_normalize(_Access(key, name, lo, hi, cls, write, aligned, version,
-                                          loop, shift)))
+                                          loop, shift, inst)))
 
         if isinstance(w.dest, lp.BufWrite):
-            note(w.dest.buffer, w.dest.version, True, True)
+            # a window is split over the threads by its own elements, not the buffer's:
+            # not by the element's owner (a later whole read needs a barrier)
+            note(w.dest.buffer, w.dest.version, True, not windowed, instances)
         else:
             note(w.dest.view, Const(0), True, False)
         for r in _reads(w):
@@ -168,7 +189,7 @@ class _BarrierPlacement:
                 out.append(n)
                 pending = []
             elif isinstance(n, _Loop):
-                ctx = _LoopCtx(n.label, frozenset(n.vars), 0)
+                ctx = _LoopCtx(n.label, frozenset(n.vars), 0, n.instances)
                 body, pending = self._fixpoint(
                     n.label, pending, lambda p, c=ctx, b=n.body: self.place_barriers(
                         b, p, (*loops, c)))
@@ -204,12 +225,28 @@ class _BarrierPlacement:
         carried: list[_Access] = []
         for _ in range(16):
             body, exit_ = run(_dedupe([*pending, *carried]))
-            wrapped = [_normalize(dataclasses.replace(a, shift=a.shift + 1))
-                       if a.loop == label else a for a in exit_]
+            wrapped = [_earlier(_normalize(dataclasses.replace(a, shift=a.shift + 1))
+                                if a.loop == label else a, label) for a in exit_]
             grown = _dedupe([*carried, *wrapped])
             if len(grown) == len(carried):
                 break
             carried = grown
         after = [dataclasses.replace(a, loop=None, shift=0) if a.loop == label else a
                  for a in [*exit_, *pending]]
-        return body, _dedupe(after)
+        return body, _dedupe(_joined(a, label) for a in after)
+
+
+def _earlier(a: _Access, label: str) -> _Access:
+    """``a`` as seen from the next iteration of ``label``: an earlier instance's."""
+    if label not in a.instances:
+        return a
+    return dataclasses.replace(a, earlier=a.earlier | {label})
+
+
+def _joined(a: _Access, label: str) -> _Access:
+    """``a`` after the loop ``label``: the instances have joined, so what they wrote is
+    what some other thread wrote (a later read needs the barrier at the join)."""
+    if label not in a.instances:
+        return a
+    return dataclasses.replace(a, instances=tuple(x for x in a.instances if x != label),
+                               earlier=a.earlier - {label})

@@ -79,6 +79,13 @@ Execution mapping
   point, so the conflicts between one iteration's end and the next iteration's start
   (write-after-read on a reused buffer) get their barrier too.  Barriers are only
   placed between statements, so they are uniform: every thread reaches every barrier.
+* **Windows of an ancestor's Memory (S16).**  A windowed ``memory.store`` is spread over
+  the threads by the window's elements (``offsets`` + the element), so it is not by the
+  element's owner: a later read of the Memory needs a barrier.  The instances of the
+  nested parallel that writes the windows run one after another in the group, and the
+  verifier proved their windows disjoint, so two instances' windows never conflict: the
+  only barrier is the plan's sync rule at the join, after the instances' loop.  A window
+  of per-thread private Memory is refused (its elements belong to other threads).
 * **Pipelines (S18).**  A software-pipelined loop runs ``iterations + max lag`` time
   steps; stage ``s`` runs iteration ``t - lag(s)`` when it exists (the condition is
   uniform).  A buffer version is ``iteration mod versions``; two accesses in one time
@@ -354,8 +361,10 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
 
     def _dest_vars(self, dest: lp.BufWrite, ext: Mapping[str, Expr]
                    ) -> tuple[tuple[str, Expr], ...]:
-        names = [i.name for i in dest.index if isinstance(i, Sym) and i.name in ext]
         buf = self.program.buffer(dest.buffer)
+        if dest.offsets:
+            return self._window_vars(dest, ext)
+        names = [i.name for i in dest.index if isinstance(i, Sym) and i.name in ext]
         dist = tuple((v, ext[v]) for v in names)
         if len(names) != len(dest.index) or len(set(names)) != len(names) \
                 or tuple(e for _, e in dist) != buf.shape:
@@ -363,6 +372,30 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
                         f"[{', '.join(map(str, dest.index))}] is not one element per "
                         "iteration of its destination", rule="msl-lowering")
         return dist
+
+    def _window_vars(self, dest: lp.BufWrite, ext: Mapping[str, Expr]
+                     ) -> tuple[tuple[str, Expr], ...]:
+        """A windowed store (S16): one window element per iteration, ``offsets`` plus the
+        nest's variables; the threads split the window, not the buffer, so a per-thread
+        slice (which holds the elements its thread owns in the whole buffer) cannot take
+        it."""
+        in_offsets = {s for o in dest.offsets for s in o.symbols()}
+        names: list[str] = []
+        for off, i in zip(dest.offsets, dest.index, strict=True):
+            v = next((n for n in ext if add(off, Sym(n)) == i), None)
+            if v is None or v in names or v in in_offsets:
+                raise _fail(f"lowering to Metal: a windowed write to %{dest.buffer} at "
+                            f"[{', '.join(map(str, dest.index))}] is not one window element "
+                            "per iteration", rule="msl-lowering")
+            names.append(v)
+        h = self.homes.get(dest.buffer)
+        if h is not None and h.space is Space.THREAD:
+            raise _fail(f"Memory %{dest.buffer} is per-thread private storage on Metal, and a "
+                        f"windowed store [{', '.join(map(str, dest.offsets))}] +: "
+                        f"[{', '.join(str(ext[v]) for v in names)}] writes elements other "
+                        "threads own (S16, S17): give the Memory a shared resource",
+                        rule="S17")
+        return tuple((v, ext[v]) for v in names)
 
     def _mma(self, s: lp.Mma) -> list[_Node]:
         i, j, k = (Sym(v) for v in _vars(3))
@@ -414,7 +447,8 @@ class _Emitter(_ArenaLayout, _BarrierPlacement):
 
     def _parallel(self, s: lp.Parallel) -> list[_Node]:
         note = f"nested parallel {s.label}: its instances one after another in this group"
-        return [_Loop(s.label, s.vars, s.extents, tuple(self.convert(s.body)), note)]
+        return [_Loop(s.label, s.vars, s.extents, tuple(self.convert(s.body)), note,
+                      instances=True)]
 
     def _barrier(self, s: lp.Barrier) -> list[_Node]:
         classes = tb.SYNC_RULE_CLASSES.get(s.rule)

@@ -80,6 +80,9 @@ class _Loop:
     extents: tuple[Expr, ...]
     body: tuple[_Node, ...]
     comment: str
+    #: a nested parallel whose instances the group runs one after another: their windowed
+    #: stores into an ancestor's Memory are proved disjoint (S16), so never a race
+    instances: bool = False
 
 
 @dataclass(frozen=True, slots=True)
