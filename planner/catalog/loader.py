@@ -8,7 +8,8 @@ Verification order (each step sees only what the previous ones accepted):
    (unknown keys with a suggestion, missing keys, byte sizes, enums).
 3. Names and references: duplicates, parents, cycles and the single root of the scope
    tree, resource classes, instance scopes, sync scopes, and each ``access`` entry's
-   scope, resource and operations (which the resource must support); an llvm-cpu
+   scope, resource and operations (which the resource must support); each scope's
+   ``executes`` entries (known op classes, none listed twice nor by two scopes); an llvm-cpu
    target's ``cpu`` section (present, a real CPU name, no feature twice).
 4. Only if no diagnostic was recorded: build the frozen model.
 
@@ -32,6 +33,7 @@ from planner.catalog.model import (
     CopyMode,
     CostModel,
     CpuIsa,
+    OpClass,
     Operation,
     Resource,
     ResourceClassDecl,
@@ -236,6 +238,34 @@ class _Checker:
                                f"max_extent {most} is below extent {extent}")
         # Without a root every parent is dangling, rejected, or on a cycle: all reported.
         self._check_cycles()
+        self._check_executes()
+
+    def _check_executes(self) -> None:
+        """Rule S20 (execution binding): each ``executes`` entry is an op class, listed
+        once, and by one scope only (which unit runs an op must have one answer)."""
+        known = [c.value for c in OpClass]
+        claimed: dict[str, tuple[str, SourceLoc]] = {}
+        for scope in self.scopes.values():
+            entries = scope["executes"]
+            if not isinstance(entries, ParsedList):
+                continue
+            name = scope["name"]
+            for i, (entry, loc) in enumerate(zip(entries.items, entries.locs, strict=True)):
+                if entry is INVALID:
+                    continue
+                path = f"{entries.path}[{i}]"
+                if entry not in known:
+                    self.ctx.error(loc, path, f"scope {name!r} executes {entry!r}, which is "
+                                              f"not an op class{did_you_mean(entry, known)}",
+                                   rule="S20")
+                elif entry in claimed:
+                    other, first = claimed[entry]
+                    what = "twice" if other == name else f"by scope {other!r} too"
+                    self.ctx.error(loc, path, f"scope {name!r} executes {entry!r}, which is "
+                                              f"listed {what}: an op class runs on one scope",
+                                   ((first, "first listed here"),), rule="S20")
+                else:
+                    claimed[entry] = (name, loc)
 
     def _check_cycles(self) -> None:
         reported: set[str] = set()
@@ -391,7 +421,12 @@ def _build(top: Parsed, filename: str, content_hash: str) -> Target:
 
 
 def _scope(s: Parsed) -> Scope:
-    return Scope(s["name"], s["parent"], s["extent"], s["max_extent"], s["description"], s.loc)
+    return Scope(s["name"], s["parent"], s["extent"], s["max_extent"], s["description"], s.loc,
+                 tuple(OpClass(c) for c in _items(s["executes"])))
+
+
+def _items(value: object) -> list[object]:
+    return value.items if isinstance(value, ParsedList) else list(value)  # type: ignore[call-overload]
 
 
 def _resource(r: Parsed) -> Resource:

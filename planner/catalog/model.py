@@ -5,7 +5,10 @@ A target (S6) has two independent structures:
 * **Scopes** form a tree of execution levels (CPU ``process → worker → lane``,
   Metal ``grid → threadgroup → simdgroup → thread``).  ``extent`` counts instances
   per parent instance.  The tree answers "is scope *a* an ancestor of *b*", which is
-  what ownership (S5, S7) and the execution-to-memory equation (S20) need.
+  what ownership (S5, S7) and the execution-to-memory equation (S20) need.  A scope
+  may be an *execution unit* (``executes:`` lists op classes): inside a parallel bound
+  to an ancestor, ops of those classes run on it (:meth:`Target.executing_scope`), e.g.
+  npu-systolic's ``matrix_unit`` (mma) and ``vector_unit`` (elementwise, ...).
 * **Resources** are physical storage, each owned by one scope (``instance_scope``:
   one instance of the resource per instance of that scope), with a class
   (``private``, ``shared``, ``cluster``, ``global``, ``tensor``, or a class the
@@ -66,6 +69,17 @@ class CopyMode(StrEnum):
     PREFETCH = "prefetch"  # the issuer copies itself, its source prefetched ahead of use
 
 
+class OpClass(StrEnum):
+    """Kinds of tile op a scope may execute (a scope's ``executes:`` list in the catalog)."""
+
+    ELEMENTWISE = "elementwise"  # unary/binary arithmetic, select, cast, full, iota, broadcast,
+    # transpose, slice
+    TRANSCENDENTAL = "transcendental"  # exp, log, tanh, sqrt, ... (the expensive unary ops)
+    REDUCTION = "reduction"  # tile.reduce.*
+    MMA = "mma"  # tile.mma
+    MEMORY = "memory"  # memory.load / memory.store: a Memory snapshot and its store
+
+
 class Backend(StrEnum):
     """Code generators that can run a plan for a target."""
 
@@ -104,6 +118,9 @@ class Scope:
     max_extent: int | None = None
     description: str = ""
     loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+    #: op classes whose ops, inside a parallel bound to an ancestor (or to this scope),
+    #: run on this scope's instances (an execution unit); empty: none are delegated here
+    executes: tuple[OpClass, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +303,29 @@ class Target:
         """The engines (file order) members of ``scope`` may use to copy ``source`` into
         ``destination``; none: such a copy runs synchronously (load, then store)."""
         return tuple(e for e in self.copy_engines if e.moves(scope, source, destination))
+
+    def executing_scope(self, scope: str, op_class: OpClass | str | None) -> str:
+        """The scope that executes an op of ``op_class`` inside a parallel bound to
+        ``scope``: ``scope`` itself when its ``executes`` lists the class or when no scope
+        of its subtree does (the catalog delegates nothing), else the nearest descendant
+        (breadth first, file order) that lists it."""
+        if op_class is None or not any(s.executes for s in self.scopes):
+            return scope
+        cls = OpClass(op_class)
+        frontier = [self.scope(scope)]
+        while frontier:
+            for s in frontier:
+                if cls in s.executes:
+                    return s.name
+            frontier = [c for s in frontier for c in self.children(s.name)]
+        return scope
+
+    def execution_members(self, scope: str) -> tuple[str, ...]:
+        """``scope`` and the execution units (scopes with ``executes``) that run ops of a
+        parallel bound to it: the scopes whose access rights its ops may use."""
+        units = tuple(u for c in OpClass
+                      if (u := self.executing_scope(scope, c)) != scope)
+        return tuple(dict.fromkeys((scope, *units)))
 
     def is_ancestor_or_self(self, a: str, b: str) -> bool:
         """Whether scope ``a`` is ``b`` or one of its ancestors."""

@@ -19,7 +19,7 @@ from enum import Enum
 
 import yaml
 
-from planner.catalog.model import Backend, Coherence, CopyMode, Operation
+from planner.catalog.model import Backend, Coherence, CopyMode, OpClass, Operation
 from planner.catalog.units import BYTE_SIZE_PATTERN, ByteSizeError, parse_byte_size
 from planner.errors import Diagnostic, SourceLoc
 
@@ -60,10 +60,10 @@ class Context:
         return SourceLoc(self.filename, mark.line + 1, mark.column + 1)
 
     def error(self, where: yaml.Node | SourceLoc, path: str, message: str,
-              notes: tuple[tuple[SourceLoc, str], ...] = ()) -> None:
+              notes: tuple[tuple[SourceLoc, str], ...] = (), rule: str = "") -> None:
         loc = where if isinstance(where, SourceLoc) else self.loc(where)
         text = f"{path}: {message}" if path else message
-        self.diagnostics.append(Diagnostic(text, loc, notes=notes))
+        self.diagnostics.append(Diagnostic(text, loc, rule=rule, notes=notes))
 
     def scalar(self, node: yaml.Node, path: str, expected: str) -> object:
         """The Python value of a scalar node, or INVALID (reported)."""
@@ -275,6 +275,29 @@ class Choice(ValueType):
 
 
 @dataclass(frozen=True, slots=True)
+class NameOf(ValueType):
+    """A string read as is; the loader checks it is a value of ``enum`` (so its message can
+    name the object it belongs to), the schema lists the values."""
+
+    enum: type[Enum]
+    what: str
+
+    @property
+    def expected(self) -> str:
+        return f"{'an' if self.what[:1] in 'aeiou' else 'a'} {self.what}"
+
+    def read(self, node: yaml.Node, ctx: Context, path: str) -> object:
+        value = ctx.scalar(node, path, self.expected)
+        if value is not INVALID and not isinstance(value, str):
+            ctx.error(node, path, f"expected {self.expected}, got {describe(node)}")
+            return INVALID
+        return value
+
+    def json_schema(self) -> dict[str, object]:
+        return {"enum": [m.value for m in self.enum]}
+
+
+@dataclass(frozen=True, slots=True)
 class Nullable(ValueType):
     inner: ValueType
 
@@ -429,6 +452,10 @@ SCOPE = ObjectSpec("Scope", "an execution scope", (
     Key("max_extent", Nullable(POSITIVE_INT), "the most instances per parent instance",
         required=False),
     Key("description", FREE_TEXT, "what the scope is", required=False, default=""),
+    Key("executes", ListOf(NameOf(OpClass, "op class")),
+        "op classes (elementwise, transcendental, reduction, mma, memory) whose ops, inside "
+        "a parallel bound to this scope or an ancestor, run on this scope (an execution "
+        "unit); a class is listed by at most one scope", required=False, default=()),
 ))
 
 BANKS = ObjectSpec("Banks", "bank geometry", (

@@ -107,7 +107,12 @@ class MemoryPlan:
 class CopyPlan:
     """How one ``memory.copy_async`` runs (:mod:`planner.realize.copies`): the engine
     that moves it (None: a synchronous load and store by the issuer), the versions of its
-    destination the plan keeps and whether the transfer overlaps compute."""
+    destination the plan keeps and whether the transfer overlaps compute.
+
+    ``kind`` ``staged load`` / ``staged store``: a view ``tile.load`` / ``tile.store``
+    the scope cannot make directly, moved by ``engine`` between the global resource and
+    the ``staging`` resource (``memory`` is then the value's name; ``source`` the view).
+    ``cycles``: issue + exposed transfer of one copy on its engine (None: synchronous)."""
 
     memory: str  # "%As"
     line: int
@@ -123,6 +128,9 @@ class CopyPlan:
     overlapped: bool
     wait: str
     detail: str = ""
+    kind: str = "copy_async"  # copy_async | staged load | staged store
+    staging: str | None = None  # a staged transfer's scratchpad resource
+    cycles: float | None = None
 
 
 def register_copy_name(value: str) -> str:
@@ -188,7 +196,8 @@ class MaterializationPlan:
     catalog_hash: str = ""  # sha256 of that file's text (an override is visible here)
     #: wall seconds per planning phase (build, proofs, model, solve, evaluate/explain)
     phases: tuple[tuple[str, float], ...] = ()
-    copies: tuple[CopyPlan, ...] = ()  # every memory.copy_async, in program order
+    #: every memory.copy_async, then every staged view load/store, in program order
+    copies: tuple[CopyPlan, ...] = ()
 
     def edge(self, edge_id: str) -> EdgePlan:
         for e in self.edges:

@@ -51,10 +51,12 @@ def _edge_to_json(e: EdgePlan) -> dict[str, Any]:
 
 _COPY_KEYS = ("memory", "line", "source", "source_resource", "destination", "scope", "engine",
               "mode", "bytes", "versions", "wanted_versions", "overlapped", "wait", "detail")
+#: keys written since staged transfers; optional when reading (older plans lack them)
+_COPY_EXTRA_KEYS = ("kind", "staging", "cycles")
 
 
 def _copy_to_json(c: CopyPlan) -> dict[str, Any]:
-    return {k: getattr(c, k) for k in _COPY_KEYS}
+    return {k: getattr(c, k) for k in (*_COPY_KEYS, *_COPY_EXTRA_KEYS)}
 
 
 def _copy_from_json(obj: Mapping[str, Any], i: int) -> CopyPlan:
@@ -64,7 +66,9 @@ def _copy_from_json(obj: Mapping[str, Any], i: int) -> CopyPlan:
         _get(obj, "source_resource", str, w), _get(obj, "destination", str, w),
         _get(obj, "scope", str, w), obj.get("engine"), _get(obj, "mode", str, w),
         obj.get("bytes"), _get(obj, "versions", int, w), _get(obj, "wanted_versions", int, w),
-        _get(obj, "overlapped", bool, w), _get(obj, "wait", str, w), str(obj.get("detail", "")))
+        _get(obj, "overlapped", bool, w), _get(obj, "wait", str, w), str(obj.get("detail", "")),
+        str(obj.get("kind", "copy_async")), obj.get("staging"),
+        None if obj.get("cycles") is None else float(obj["cycles"]))
 
 
 def plan_to_json(plan: MaterializationPlan) -> dict[str, Any]:
@@ -252,7 +256,11 @@ def plan_json_schema() -> dict[str, Any]:
                            "versions": {"type": "integer", "minimum": 1},
                            "wanted_versions": {"type": "integer", "minimum": 1},
                            "overlapped": {"type": "boolean"}, "wait": {"type": "string"},
-                           "detail": {"type": "string"}}}
+                           "detail": {"type": "string"},
+                           "kind": {"enum": ["copy_async", "staged load", "staged store"]},
+                           "staging": nullable_str,
+                           "cycles": {"anyOf": [{"type": "number", "minimum": 0},
+                                                {"type": "null"}]}}}
     proof = {"type": "object", "required": ["name", "status"], "properties": {
         "name": {"type": "string"},
         "status": {"enum": ["proved", "refuted", "assumed", "unknown", "skipped"]},
@@ -428,11 +436,13 @@ def format_plan_table(plan: MaterializationPlan) -> str:
         lines.append(table(("memory", "resource", "bytes", "versions"), mrow, right=(2, 3)))
     if plan.copies:
         lines.append("")
-        crow = [(c.memory, str(c.line), f"{c.source} ({c.source_resource})", c.destination,
-                 c.engine or "none", c.mode, f"{c.versions}/{c.wanted_versions}",
-                 "yes" if c.overlapped else "no", c.wait) for c in plan.copies]
-        lines.append(table(("copy into", "line", "from", "to", "engine", "mode", "versions",
-                            "overlapped", "wait"), crow, right=(1,)))
+        crow = [(c.memory, c.kind, str(c.line), f"{c.source} ({c.source_resource})",
+                 c.destination, c.engine or "none", c.mode,
+                 fmt_size(c.bytes) if c.bytes is not None else "?",
+                 f"{c.versions}/{c.wanted_versions}", "yes" if c.overlapped else "no",
+                 c.wait) for c in plan.copies]
+        lines.append(table(("copy into", "kind", "line", "from", "to", "engine", "mode",
+                            "bytes", "versions", "overlapped", "wait"), crow, right=(2, 7)))
     if plan.proofs:
         lines.append("")
         lines.append("proofs: " + proof_summary(plan))

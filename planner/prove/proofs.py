@@ -26,8 +26,11 @@ The obligations, in the order S14 asks for (addressing before capacity):
     class (and a view load above the default parallel scope feeding only Memory stores)
     is performed by its engine alternative if the target allows it: ``mma_read`` /
     ``mma_write`` in place, or ``copy_async`` (:mod:`planner.prove.engines`); the result
-    names the operation used.  A class the target has no resource for is refuted here
-    (S5), naming the operations its accesses would need.
+    names the operation used.  A view load/store whose scope may not touch the global
+    resource at all is proved when a copy engine stages it through a resource the
+    scope's execution units reach (:func:`planner.realize.copies.staged_transfer`): the
+    result names the engine, both resources and the wait.  A class the target has no
+    resource for is refuted here (S5), naming the operations its accesses would need.
 ``factorization`` (S20, S17)
     The execution-to-memory equation ``ResourceTopology ∘ ExecBinding = Instance_s ∘ π``.
     Over the target's scope coordinates (one integer per level, bounded by the level's
@@ -76,7 +79,13 @@ from planner.ir.verify import value_name
 from planner.prove import engines, z3_layout
 from planner.prove.z3_exprs import INT64_MAX, SymbolSpace, check
 from planner.realize.binding import ExecutionBinding, MemoryAccess, OpContext, bind_execution
-from planner.realize.copies import CopyRealization, copy_operations, realize_copies
+from planner.realize.copies import (
+    CopyRealization,
+    StagedTransfer,
+    copy_operations,
+    realize_copies,
+    staged_transfer,
+)
 
 PROOF_NAMES: tuple[str, ...] = ("can_access", "factorization", "int64", "capacity",
                                 "injectivity", "bounds")
@@ -390,6 +399,10 @@ class _Prover:
                              "no global-class resource to hold the view", None, op.loc, "S5",
                              started)
                     continue
+                staged = staged_transfer(self.target, self.binding, op, self.bindings)
+                if staged is not None:
+                    self.staged_result(subject, staged, glob, operation, started)
+                    continue
                 alts = engines.view_load_alternatives(op, self.uses, self.target, scope) \
                     if isinstance(op, core.LoadOp) else (operation,)
                 self.memory_access_result(subject, _Access(op, scope, operation, "", alts),
@@ -433,6 +446,32 @@ class _Prover:
                                                       Operation.MMA_READ)
                     note += f"; mma_read is {'' if in_place else 'not '}allowed here"
                 self.memory_access_result(subject, acc, a.resource, note, started)
+
+    def staged_result(self, subject: str, staged: StagedTransfer, glob: Resource,
+                      operation: Operation, started: float) -> None:
+        """A view access the scope cannot make, performed by a copy engine through a
+        staging resource: both ends' ``copy_async`` access, then the units' own access."""
+        t, scope, eng = self.target, staged.scope, staged.engine
+        units = t.execution_members(scope)
+        want = (Operation.READ, Operation.MMA_READ) if staged.direction == "load" \
+            else (Operation.WRITE,)
+        users = [f"{u} ({o})" for u in units for o in want
+                 if t.can_access(u, staged.staging, o)]
+        ends_ok = all(t.can_access(scope, r, Operation.COPY_ASYNC)
+                      for r in (staged.source_resource, staged.destination))
+        where = f"{subject} at {scope} → {glob.name} ({operation})"
+        if not ends_ok:  # the loader refuses such an engine; kept as a refutation
+            self.add("can_access", where, REFUTED,
+                     f"copy engine {eng.name!r} stages {staged.source_resource} → "
+                     f"{staged.destination} but {scope} may not copy_async both",
+                     None, staged.op.loc, "S20", started)
+            return
+        self.add("can_access", f"{where} staged by {eng.name} via {staged.staging}", PROVED,
+                 f"{scope} may not {operation} {glob.name}; staged: {eng.name} "
+                 f"({eng.mode.value}) moves {staged.source_resource} → {staged.destination} "
+                 f"(copy_async by {scope} on both), completed by {eng.wait}; "
+                 f"{staged.staging} is accessed there by {', '.join(users)}",
+                 None, staged.op.loc, "S20", started)
 
     def memory_access_result(self, subject: str, acc: _Access, res: Resource, note: str,
                              started: float) -> None:

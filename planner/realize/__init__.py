@@ -16,6 +16,7 @@ from planner.realize.binding import (
     bind_execution,
     memory_homes,
     memory_name,
+    op_class,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "bind_execution",
     "memory_homes",
     "memory_name",
+    "op_class",
 ]

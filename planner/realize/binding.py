@@ -14,6 +14,14 @@ The rule for a parallel region:
   parent's scope has no child the binding is a problem (S20), never a silent re-use of the
   parent's scope.
 
+An op's *executing scope* is its parallel's scope, unless the catalog delegates its op
+class (:func:`op_class`) to an execution unit below it (a scope's ``executes:`` list,
+:meth:`~planner.catalog.Target.executing_scope`): on ``npu-systolic`` a parallel bound to
+``core`` runs its mma on the ``matrix_unit`` and its elementwise, transcendental,
+reduction and Memory ops on the ``vector_unit``, while view loads and stores, copies and
+waits stay on ``core`` (the issuer of its copy engines).  A target without ``executes``
+runs every op on its parallel's scope.  ``OpContext.scope`` is that executing scope.
+
 A Memory is owned by its nearest enclosing parallel (the kernel root as fallback, S5/S7).
 Its *homes* are the catalog resources where an instance may live: of the requested class
 (any read/write resource for ``auto_``), whose instance scope is the owner's scope or an
@@ -31,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from planner.catalog import AUTO, Operation, Resource, Target, normalize_class
+from planner.catalog import AUTO, OpClass, Operation, Resource, Target, normalize_class
 from planner.errors import PlannerError, SourceLoc
 from planner.ir import core
 from planner.ir.core import AllocOp, Axis, Kernel, LoopOp, Op, ParallelOp
@@ -153,10 +161,32 @@ def memory_name(alloc: AllocOp) -> str:
 # --------------------------------------------------------------------------- parallels
 
 
+_ELEMENTWISE_OPS = (core.BinaryOp, core.SelectOp, core.CastOp, core.FullOp, core.IotaOp,
+                    core.BroadcastOp, core.TransposeOp, core.SliceOp)
+
+
+def op_class(op: Op) -> OpClass | None:
+    """The class of ``op`` a catalog's ``executes:`` may delegate; None for what the
+    parallel's scope itself issues (view loads/stores, copies, waits, regions)."""
+    if isinstance(op, core.UnaryOp):
+        return OpClass.TRANSCENDENTAL if op.fn.expensive else OpClass.ELEMENTWISE
+    if isinstance(op, _ELEMENTWISE_OPS):
+        return OpClass.ELEMENTWISE
+    if isinstance(op, core.ReduceOp):
+        return OpClass.REDUCTION
+    if isinstance(op, core.MmaOp):
+        return OpClass.MMA
+    if isinstance(op, (core.MemLoadOp, core.MemStoreOp)):
+        return OpClass.MEMORY
+    return None
+
+
 def _bind_block(block: core.Block, ctx: OpContext, target: Target,
                 binding: ExecutionBinding) -> None:
     for op in block.ops:
-        binding.contexts[id(op)] = ctx
+        cls = op_class(op)
+        binding.contexts[id(op)] = ctx if cls is None else OpContext(
+            target.executing_scope(ctx.scope, cls), ctx.parallels, ctx.axes)
         if isinstance(op, ParallelOp):
             scope = _bind_parallel(op, ctx, target, binding)
             binding.parallel_scope[op.label] = scope

@@ -22,6 +22,19 @@ plan and both backends read :func:`realize_copies`; none re-derives it.
 
 Approximation (documented): an overlapped transfer is assumed hidden behind the compute
 of the iteration it overlaps (its cost is the issue cycles only).
+
+**Staged view transfers.**  A ``tile.load`` / ``tile.store`` of a view whose issuing
+scope may not ``read`` / ``write`` the global resource directly (npu-systolic: weight DRAM
+is reached by DMA only) is a copy too (:class:`StagedTransfer`, :func:`staged_transfer`):
+an engine of the issuing scope moves the tile between the global resource and a
+*staging* resource that the scope's execution units may access (a load lands where its
+readers ``read`` or ``mma_read`` it, a store leaves from where a unit may ``write`` it),
+chosen by the same rule as a copy's engine (issue + bytes / bandwidth, file order on
+ties; :func:`engine_cycles`).  A load's staging buffer is the loaded value's own
+placement (the plan's choice, by default the first landing a unit can ``read`` plainly);
+a store's is the stored value's placement when an engine moves it out from there, else
+the default staging resource, which an execution unit fills from the value's placement.
+A staged transfer is never overlapped: it is priced in full.
 """
 
 from __future__ import annotations
@@ -34,7 +47,9 @@ from planner.ir import core
 from planner.ir.core import Kernel, LoopKind, LoopOp
 from planner.realize.binding import ExecutionBinding, memory_name
 
-__all__ = ["CopyRealization", "copy_operations", "realize_copies", "source_resource"]
+__all__ = ["CopyRealization", "StagedTransfer", "copy_operations", "engine_cycles",
+           "realize_copies", "realize_transfers", "source_resource", "staged_transfer",
+           "view_resource"]
 
 SYNCHRONOUS = "synchronous"
 
@@ -69,9 +84,9 @@ class CopyRealization:
         copy's transfer is priced by the caller as a load and a store (None here)."""
         if self.engine is None or self.nbytes is None:
             return 0.0, 0.0
-        transfer = self.nbytes / self.engine.bandwidth
+        issue, transfer = engine_cycles(self.engine, self.nbytes)
         hidden = self.overlapped and self.engine.mode is CopyMode.ASYNC
-        return self.engine.issue, 0.0 if hidden else transfer
+        return issue, 0.0 if hidden else transfer
 
     def describe(self, versions: int | None = None) -> str:
         """One line for plans and explanations (``versions``: what the plan keeps, by
@@ -89,15 +104,139 @@ class CopyRealization:
                 f"{versions} version{'s' if versions != 1 else ''}, wait {self.wait}")
 
 
+@dataclass(frozen=True, slots=True)
+class StagedTransfer:
+    """A view ``tile.load`` / ``tile.store`` staged through a scratchpad by a copy engine
+    (module doc): ``engine`` moves ``nbytes`` from ``source_resource`` to ``destination``
+    at ``scope``; ``staging`` is the scratchpad end (the destination of a load, the
+    source of a store), ``filled_from`` the value's placement an execution unit copies
+    into the staging buffer first (a store whose value lives elsewhere; else None)."""
+
+    op: core.LoadOp | core.StoreOp
+    view: str  # "A"
+    scope: str  # the issuing scope
+    source_resource: str
+    destination: str
+    engine: CopyEngine
+    nbytes: int | None  # one tile (None: symbolic)
+    filled_from: str | None = None
+    landings: tuple[str, ...] = ()  # every staging resource an engine could use instead
+
+    @property
+    def direction(self) -> str:
+        """``load`` or ``store``."""
+        return "load" if isinstance(self.op, core.LoadOp) else "store"
+
+    @property
+    def staging(self) -> str:
+        return self.destination if self.direction == "load" else self.source_resource
+
+    @property
+    def wait(self) -> str:
+        return self.engine.wait
+
+    def cycles(self) -> float:
+        """Cycles of one transfer on its issuer: issue + bytes / bandwidth (exposed)."""
+        issue, transfer = engine_cycles(self.engine, self.nbytes or 0)
+        return issue + transfer
+
+    def describe(self) -> str:
+        """One line for plans and explanations."""
+        fill = (f" (filled from {self.filled_from} first)" if self.filled_from else "")
+        return (f"{self.op.SPEC.name} view {self.view}: {self.engine.name} "
+                f"({self.engine.mode.value}) at {self.scope} moves {self.source_resource} → "
+                f"{self.destination}, staged in {self.staging}{fill}, wait {self.wait}")
+
+
+def engine_cycles(engine: CopyEngine, nbytes: int) -> tuple[float, float]:
+    """(issue, transfer) cycles of one copy of ``nbytes`` by ``engine``: the one rule by
+    which copies and staged transfers are priced and engines are ranked."""
+    return engine.issue, nbytes / engine.bandwidth
+
+
+def view_resource(target: Target, binding: ExecutionBinding) -> Resource | None:
+    """The resource views live in: the global resource of the root scope (else the
+    first global-class resource)."""
+    res = target.resolve("global", binding.root)
+    if res is None:
+        found = target.resources_for_class("global")
+        res = found[0] if found else None
+    return res
+
+
+def staged_transfer(target: Target, binding: ExecutionBinding, op: core.LoadOp | core.StoreOp,
+                    env: Mapping[str, int], placement: str | None = None
+                    ) -> StagedTransfer | None:
+    """How a view load/store its scope cannot perform directly is staged (module doc);
+    None when the scope may access the view's resource plainly, or no engine stages it
+    (the access proof then refutes it).  ``placement``: the value's resource in a plan."""
+    glob = view_resource(target, binding)
+    scope = binding.context(op).scope
+    load = isinstance(op, core.LoadOp)
+    if glob is None or target.can_access(scope, glob.name,
+                                         Operation.READ if load else Operation.WRITE):
+        return None
+    units = target.execution_members(scope)
+
+    def usable(res: str, ops: tuple[Operation, ...]) -> bool:
+        return any(target.can_access(u, res, o) for u in units for o in ops)
+
+    tile = op.results[0] if load else op.tile
+    nbytes = _tile_bytes(tile, env)
+    ends = [r.name for r in target.resources if r.name != glob.name]
+    if load:
+        pairs = [(r, target.copy_engines_for(scope, glob.name, r)) for r in ends
+                 if usable(r, (Operation.READ, Operation.MMA_READ))]
+        plain = [p for p in pairs if p[1] and usable(p[0], (Operation.READ,))]
+    else:
+        pairs = [(r, target.copy_engines_for(scope, r, glob.name)) for r in ends
+                 if usable(r, (Operation.WRITE,))]
+        plain = [p for p in pairs if p[1]]
+    pairs = [p for p in pairs if p[1]]
+    chosen = next((p for p in pairs if p[0] == placement), None) or \
+        (plain[0] if plain else None)
+    if chosen is None:
+        return None
+    staging, engines = chosen
+    engine = _cheapest(engines, nbytes)
+    assert engine is not None
+    filled = placement if not load and placement not in (None, staging) else None
+    view = op.view.name_hint or "view"
+    src, dst = (glob.name, staging) if load else (staging, glob.name)
+    return StagedTransfer(op, view, scope, src, dst, engine, nbytes, filled,
+                          tuple(p[0] for p in pairs))
+
+
+def realize_transfers(kernel: Kernel, target: Target, binding: ExecutionBinding,
+                      env: Mapping[str, int], placements: Mapping[int, str] | None = None
+                      ) -> tuple[StagedTransfer, ...]:
+    """Every staged view load/store of ``kernel`` in program order; ``placements`` maps
+    ``id(op)`` to the resource of its value in a plan (default staging where absent)."""
+    placements = placements or {}
+    out = []
+    for op in kernel.walk():
+        if isinstance(op, (core.LoadOp, core.StoreOp)):
+            staged = staged_transfer(target, binding, op, env, placements.get(id(op)))
+            if staged is not None:
+                out.append(staged)
+    return tuple(out)
+
+
+def _tile_bytes(tile: core.Value, env: Mapping[str, int]) -> int | None:
+    try:
+        n = 1
+        for e in tile.type.shape:  # type: ignore[attr-defined]
+            n *= int(e.evaluate(env))
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+    return n * tile.type.dtype.itemsize  # type: ignore[attr-defined]
+
+
 def source_resource(target: Target, binding: ExecutionBinding, op: core.CopyAsyncOp,
                     homes: Mapping[str, str]) -> Resource | None:
     """The resource a copy reads: a view's global resource or the source Memory's home."""
     if len(op.source) == 1:
-        res = target.resolve("global", binding.root)
-        if res is None:
-            found = target.resources_for_class("global")
-            res = found[0] if found else None
-        return res
+        return view_resource(target, binding)
     mb = binding.memory(op.source[0])
     return mb.home_named(homes.get(mb.name))
 
@@ -184,4 +323,4 @@ def _cheapest(engines: tuple[CopyEngine, ...], nbytes: int | None) -> CopyEngine
     if not engines:
         return None
     size = nbytes or 0
-    return min(engines, key=lambda e: e.issue + size / e.bandwidth)
+    return min(engines, key=lambda e: sum(engine_cycles(e, size)))

@@ -57,14 +57,17 @@ def exchange_home(target: Target, scope: str) -> Resource | None:
 
 def _serving(target: Target, scope: str, operations: tuple[Operation, ...]
              ) -> list[Resource]:
-    """Resources with an instance per ``scope`` instance (or above it) that ``scope`` may
-    apply every one of ``operations`` to, nearest first, then in catalog order."""
+    """Resources with an instance per ``scope`` instance (or above it) that ``scope`` (or
+    an execution unit running its ops, :meth:`Target.execution_members`) may apply every
+    one of ``operations`` to, nearest first, then in catalog order."""
     path = target.scope_path(scope)
     out: list[tuple[int, int, Resource]] = []
     for index, res in enumerate(target.resources):
         if res.instance_scope not in path:
             continue
-        if not all(target.can_access(scope, res.name, op) for op in operations):
+        units = target.execution_members(scope)  # the scope, and units running its ops
+        if not all(any(target.can_access(u, res.name, op) for u in units)
+                   for op in operations):
             continue
         out.append((len(path) - 1 - path.index(res.instance_scope), index, res))
     return [r for _, _, r in sorted(out, key=lambda t: t[:2])]

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from planner.catalog import Operation, Resource, Target
+from planner.catalog import Backend, Operation, Resource, Target
 from planner.ir import core
 from planner.ir.core import Kernel, LoopOp, ParallelOp
 from planner.ir.expr import Expr
 from planner.ir.types import TileType
 from planner.realize.binding import ExecutionBinding
-from planner.realize.copies import CopyRealization
+from planner.realize.copies import CopyRealization, StagedTransfer, staged_transfer
 from planner.solve.figures import Figures
 from planner.solve.problem import COMPUTE, TRAFFIC, Terms, terms
 
@@ -52,6 +52,7 @@ class Context:
     execs: dict[int, int] = field(default_factory=dict)
     access: dict[tuple[str, str, tuple[Operation, ...]], bool] = field(default_factory=dict)
     copies: dict[int, CopyRealization] = field(default_factory=dict)  # id(copy op)
+    transfers: dict[int, StagedTransfer | None] = field(default_factory=dict)  # id(view op)
 
     def accessible(self, r: Resource, scope: str, ops: tuple[Operation, ...]) -> bool:
         key = (r.name, scope, ops)
@@ -106,6 +107,26 @@ def tile_shape(ctx: Context, v: core.Value) -> tuple[int, ...]:
     return tuple(eval_int(e, ctx.env) for e in v.type.shape)
 
 
+def clamped_shape(ctx: Context, v: core.Value) -> tuple[float, ...]:
+    """``v``'s tile shape, each dimension the mean part of it an instance computes on.
+    The llvm-cpu backend clamps an mma operand loaded (or stored whole into the Memory
+    it reads) from a view window with fill 0 to what the view holds, so tiles of ``t``
+    over a view extent ``E`` average ``E / ceil(E / t)`` (edge tiles do remainder-sized
+    work); other backends compute whole tiles."""
+    shape = tile_shape(ctx, v)
+    src = v.owner
+    if ctx.target.backend is not Backend.LLVM_CPU:
+        return shape
+    if isinstance(src, core.MemLoadOp) and isinstance(src.state.owner, core.MemStoreOp) \
+            and not src.state.owner.windowed:
+        src = src.state.owner.tile.owner
+    if not isinstance(src, core.LoadOp) or src.fill != 0.0 or len(src.shape) != len(shape):
+        return shape
+    views = (eval_int(e, ctx.env) for e in src.view.type.shape)  # type: ignore[attr-defined]
+    return tuple(e / -(-e // t) if t > 0 and e > 0 else float(min(t, max(e, 0)))
+                 for t, e in zip(shape, views, strict=True))
+
+
 def eval_int(e: Expr, env: Mapping[str, int]) -> int:
     return int(e.evaluate(env))
 
@@ -120,6 +141,8 @@ def op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float,
     op = d["op"]
     kind = str(d["kind"])
     fig = ctx.fig
+    if isinstance(op, (core.LoadOp, core.StoreOp)) and staged(ctx, op) is not None:
+        return 0.0, staged(ctx, op).cycles()  # type: ignore[union-attr]  # by its engine
     if isinstance(op, (core.LoadOp, core.StoreOp, core.MemLoadOp, core.MemStoreOp)):
         tile = op.results[0] if isinstance(op, (core.LoadOp, core.MemLoadOp)) else op.tile
         shape = tile_shape(ctx, tile)
@@ -133,8 +156,8 @@ def op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float,
 
         return copy_cycles(ctx, op, scope)
     if isinstance(op, core.MmaOp):
-        m, k = tile_shape(ctx, op.a)[-2:]
-        n = tile_shape(ctx, op.b)[-1]
+        m, k = clamped_shape(ctx, op.a)[-2:]
+        n = clamped_shape(ctx, op.b)[-1]
         return 2.0 * m * n * k / fig.throughput("mma"), 0.0
     if isinstance(op, core.ReduceOp):
         return math.prod(tile_shape(ctx, op.x)) / fig.throughput("cheap"), 0.0
@@ -142,6 +165,13 @@ def op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float,
     if cls in ("cheap", "transcendental") and kind != "loop.carry":
         return float(d["elements_value"] or 0) / fig.throughput(cls), 0.0  # type: ignore[arg-type]
     return 0.0, 0.0
+
+
+def staged(ctx: Context, op: core.LoadOp | core.StoreOp) -> StagedTransfer | None:
+    """How a view load/store is staged by a copy engine (None: a plain access), cached."""
+    if id(op) not in ctx.transfers:
+        ctx.transfers[id(op)] = staged_transfer(ctx.target, ctx.binding, op, ctx.env)
+    return ctx.transfers[id(op)]
 
 
 def latency_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> float:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from planner.ir import core
 from planner.ir.types import TileType
-from planner.solve.context import Chain, Context, owner_of, tile_shape
+from planner.solve.context import Chain, Context, owner_of, staged, tile_shape
 
 # --------------------------------------------------------------------------- kinds
 
@@ -69,6 +69,7 @@ def recompute_chain(ctx: Context, node: str) -> Chain:
     while stack and why is None:
         m = stack.pop()
         op = ctx.g.nodes[m]["op"]
+        why = staged_load_why(ctx, m)
         if isinstance(op, core.LoadOp) and id(op.view) in ctx.stored_views:
             why = (f"its chain re-reads %{ctx.names.get(op.view, '?')}, which the kernel "
                    "also stores (a store may intervene)")
@@ -124,8 +125,25 @@ def fusion_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> 
     return None
 
 
+def staged_load_why(ctx: Context, node: str) -> str | None:
+    """Why a view load cannot be inlined: its scope reads the view only through a copy
+    engine, which lands the tile in a buffer (the load's value is materialized there)."""
+    op = ctx.g.nodes[node]["op"]
+    if not isinstance(op, core.LoadOp):
+        return None
+    how = staged(ctx, op)
+    if how is None:
+        return None
+    return (f"{how.scope} reads view {how.view} only through {how.engine.name}, which lands "
+            f"the tile in a buffer ({how.source_resource} → {how.destination}): the load is "
+            "materialized there (S20)")
+
+
 def _inline_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> str | None:
     pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    why = staged_load_why(ctx, u)
+    if why:
+        return why
     if data["loop_carried"]:
         return "loop-carried edges are virtual or materialized"
     if cd["kind"] == "loop.carry":

@@ -27,6 +27,7 @@ from planner.solve.context import (
     op_cycles,
     owner_of,
     span,
+    staged,
     tile_shape,
 )
 from planner.solve.layouts import (
@@ -73,6 +74,14 @@ def _reader_ops(kind: str) -> tuple[Operation, ...]:
     if kind == "tile.mma":
         return (Operation.MMA_READ, Operation.READ)
     return (Operation.READ,)
+
+
+def _unit(ctx: Context, d: Mapping[str, object], scope: str) -> str:
+    """The scope whose access rights an op's reads and writes use: the unit the catalog
+    has execute it (:func:`planner.realize.binding.op_class`), else its owner's scope."""
+    op = d.get("op")
+    found = ctx.binding.contexts.get(id(op)) if op is not None else None
+    return found.scope if found is not None else scope
 
 
 def _columns_read(kind: str, op: core.Op | None, operand: int) -> bool:
@@ -185,11 +194,15 @@ def _placements(ctx: Context, d: Mapping[str, object], scope: str, shape: tuple[
     cols = any(e.column_reader for e in edges)
     nbytes = math.prod(shape) * itemsize
     elements = math.prod(shape)
+    op = d.get("op")
+    how = staged(ctx, op) if isinstance(op, core.LoadOp) else None
     for r in ctx.target.resources:
         if r.resource_class == "private":
             continue  # registers hold virtual values; they are not addressable buffers
+        if how is not None and r.name not in how.landings:
+            continue  # a staged load's value is the buffer its engine lands it in
         _, reason = fig.capacity_for(r, scope)
-        if reason or not ctx.accessible(r, scope, _writer_ops(str(d["kind"]))):
+        if reason or not ctx.accessible(r, _unit(ctx, d, scope), _writer_ops(str(d["kind"]))):
             continue
         sync, sync_cycles = fig.sync_rule(r, scope)
         banks = (r.banks.count, r.banks.width) if r.banks is not None else None
@@ -213,7 +226,7 @@ def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
     why: list[str] = []
     for p in v.placements:
         r = ctx.target.resource(p.resource)
-        if not ctx.accessible(r, cscope, _reader_ops(e.consumer_kind)):
+        if not ctx.accessible(r, _unit(ctx, cd, cscope), _reader_ops(e.consumer_kind)):
             reads.append(None)
             why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}")
             continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from manual_gemm import GemmConfig, make_manual_gemm
 
@@ -152,10 +154,18 @@ def test_s5_class_without_a_resource_is_refuted_with_names(targets):
 
 
 def test_s6_non_monotone_access_refutes_plain_view_loads_on_the_npu(targets):
-    report = prove_kernel(staged_rows(), targets["npu-systolic"], SMALL)
+    # core reaches weight_dram by copy_async only: without an engine that stages the
+    # tile (the catalog's dma removed) the plain read is refuted; with it, it is staged
+    npu = targets["npu-systolic"]
+    no_dma = dataclasses.replace(npu, copy_engines=tuple(
+        e for e in npu.copy_engines if e.name != "dma"))
+    report = prove_kernel(staged_rows(), no_dma, SMALL)
     bad = results(report, "can_access", "refuted")
     assert any(r.subject == "tile.load %X at core → weight_dram (read)" for r in bad)
     assert "allowed: copy_async" in bad[0].detail
+    staged = prove_kernel(staged_rows(), npu, SMALL)
+    load = next(r for r in results(staged, "can_access") if r.subject.startswith("tile.load"))
+    assert load.status == "proved" and "staged by dma via unified_buffer" in load.subject
 
 
 # --------------------------------------------------------------------------- 2. factorization

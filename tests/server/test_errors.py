@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -162,11 +163,15 @@ def test_wrong_content_type_is_a_4xx(client: httpx.Client) -> None:
 
 
 def test_refuted_proof_is_422_but_compare_shows_the_plan(client: httpx.Client) -> None:
-    body = {"kernel": KERNEL, "bindings": BINDINGS, "target": "npu-systolic"}
+    # a Memory of class tensor, which npu-systolic's catalog does not define
+    tensor = load_example(Path(__file__).resolve().parents[1] / "solve" / "gpu_kernels"
+                          / "tensor_acc_gemm.py")
+    kernel, bindings = kernel_to_json(tensor.kernel), tensor.bindings
+    body = {"kernel": kernel, "bindings": bindings, "target": "npu-systolic"}
     err = error_of(client.post("/v1/plan", json=body), 422, "proof")
-    assert err["rule"] == "S20" and "can_access refuted" in err["detail"]
+    assert err["rule"] == "S5" and "can_access refuted" in err["detail"]
     assert err["location"]["line"] > 0
-    r = client.post("/v1/compare", json={"kernel": KERNEL, "bindings": BINDINGS, "variants": [
+    r = client.post("/v1/compare", json={"kernel": kernel, "bindings": bindings, "variants": [
         {"target": "x86-avx2"}, {"target": "npu-systolic"}]})
     assert r.status_code == 200, r.text
     npu = r.json()["plans"][1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from manual_gemm import GemmConfig, make_manual_gemm
 from planning_support import bindings, kernel, target, with_capacity
@@ -62,8 +64,10 @@ def test_infeasible_baseline_explains_register_capacity() -> None:
 
 
 def test_s6_refuted_access_makes_every_plan_infeasible_and_says_which() -> None:
-    # npu-systolic's core reaches DRAM only by copy_async, which the IR cannot express yet
-    plan = plan_kernel(kernel("gemm"), target("npu-systolic"), bindings("gemm"))
+    # npu-systolic's core reaches DRAM only by copy_async: without its copy engines to
+    # stage the tiles (tests/solve/test_npu_systolic.py has them) the access is refuted
+    npu = dataclasses.replace(target("npu-systolic"), copy_engines=())
+    plan = plan_kernel(kernel("gemm"), npu, bindings("gemm"))
     assert plan.status is Status.INFEASIBLE and not plan.edges
     text = "\n".join(plan.explanation)
     assert "proof can_access refuted: tile.load %A at core → weight_dram (read)" in text
