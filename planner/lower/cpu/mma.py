@@ -1,24 +1,26 @@
 """``mma`` statements: the small kernel or the packed GEMM on buffers or view windows
-(edge tiles staged with their fill), the per-worker packing scratch, and the staging
-copies an mma reads through instead."""
+(edge tiles clamped to the view, or staged with their fill), the per-worker packing
+scratch, and the copies an mma packs through instead (:mod:`.mma_sources`)."""
 
 from __future__ import annotations
-
-from dataclasses import fields, is_dataclass
 
 import llvmlite.ir as ir
 
 from planner.ir.dtypes import DType
-from planner.ir.expr import Const, Expr, Sym, add
+from planner.ir.expr import Const, Sym, add
 from planner.lower.cpu.config import MMA_WORK_SYMBOL
 from planner.lower.cpu.gemm import emit_scratch_floats
 from planner.lower.cpu.llvm_helpers import F32P, I8P, I32, I64, c64, declare_function
+from planner.lower.cpu.mma_sources import ViewCopies, staging_forwards, view_copies
 from planner.lower.cpu.nests import _Nests
 from planner.lower.loops import program as lp
 
 
 class _Mma(_Nests):
     """Emits the mma statements of a segment function."""
+
+    #: The segment's view copies (found on the first :meth:`forwarded_copies`).
+    view_sources: ViewCopies | None = None
 
     def mma(self, s: lp.Mma) -> None:
         """``c (+)= a @ b`` on the part of the tile that the operands define.
@@ -27,14 +29,21 @@ class _Mma(_Nests):
         window starts inside the view is read in place and clamps the product to the
         rows/columns it holds (m and k for ``a``, k and n for ``b``; beyond them its
         elements are 0 and add nothing). Elements of ``c`` outside the clamped block are
-        what the full product gives them: kept when accumulating, zeroed otherwise."""
+        what the full product gives them: kept when accumulating, zeroed otherwise.
+        A Memory operand written only by a copy from a view is packed from the view in
+        the same way (:func:`~.mma_sources.view_copies`)."""
         m, n, k = self.expr(s.m), self.expr(s.n), self.expr(s.k)
         c_ptr, ldc, _ = self.mma_buffer(s.c)
-        a_ptr, rsa, csa, a_rows, a_cols = self.mma_operand(s.a, m, k)
-        b_ptr, rsb, csb, b_rows, b_cols = self.mma_operand(s.b, k, n)
+        srcs = self.view_sources.sources if self.view_sources is not None else {}
+        copies = (srcs.get((id(s), 0)), srcs.get((id(s), 1)))
+        a_ptr, rsa, csa, a_rows, a_cols = self.mma_operand(s.a, m, k, copies[0])
+        b_ptr, rsb, csb, b_rows, b_cols = self.mma_operand(s.b, k, n, copies[1])
         b = self.b
-        zeros = [self.zeros.get((id(s), o.buffer, o.version)) if isinstance(o, lp.MmaBuf)
-                 else None for o in (s.a, s.b)]
+        zeros = [self.zeros.get((id(s), o.buffer, o.version))
+                 if isinstance(o, lp.MmaBuf) and cp is None else None
+                 for o, cp in zip((s.a, s.b), copies, strict=True)]
+        clamping = any(_clamps(o) or (cp is not None and cp.value.fill == 0.0)  # type: ignore[attr-defined]
+                       for o, cp in zip((s.a, s.b), copies, strict=True))
         if zeros[0] is not None:  # a buffer tile known to be 0 past these rows/columns
             a_rows = _smin(b, a_rows, self.expr(zeros[0][0]))
             a_cols = _smin(b, a_cols, self.expr(zeros[0][1]))
@@ -42,8 +51,7 @@ class _Mma(_Nests):
             b_rows = _smin(b, b_rows, self.expr(zeros[1][0]))
             b_cols = _smin(b, b_cols, self.expr(zeros[1][1]))
         me, ke, ne = _smin(b, m, a_rows), _smin(b, _smin(b, k, a_cols), b_rows), _smin(b, n, b_cols)
-        if not s.accumulate and (any(_clamps(o) for o in (s.a, s.b))
-                                 or any(z is not None for z in zeros)):
+        if not s.accumulate and (clamping or any(z is not None for z in zeros)):
             clamped = b.or_(b.icmp_signed("<", me, m), b.icmp_signed("<", ne, n))
             with b.if_then(clamped, likely=False):  # zero c: a K == 0 product
                 b.call(self.cg.small_gemm(), [m, n, c64(0), a_ptr, rsa, b_ptr, rsb, c_ptr,
@@ -112,17 +120,22 @@ class _Mma(_Nests):
         return (self.buffer_ptr(o.buffer, o.version), self.expr(strides[0]),
                 self.expr(strides[1]))
 
-    def mma_operand(self, o: lp.MmaBuf | lp.MmaView, rows: ir.Value, cols: ir.Value
+    def mma_operand(self, o: lp.MmaBuf | lp.MmaView, rows: ir.Value, cols: ir.Value,
+                    copy: lp.Nest | None = None
                     ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
         """Pointer, row stride and column stride (elements) of an mma operand of
         ``rows`` × ``cols``, and the rows and columns of it that the product must read
-        (all of them, except for a clamped view window: see :meth:`mma`)."""
-        if isinstance(o, lp.MmaBuf):
+        (all of them, except for a clamped view window: see :meth:`mma`). ``copy``: the
+        view copy that wrote the operand's Memory, read from its view instead."""
+        if isinstance(o, lp.MmaBuf) and copy is None:
             return (*self.mma_buffer(o), rows, cols)
         b = self.b
-        win = o.window
+        if copy is not None:
+            win, fill = copy.value.window, copy.value.fill  # type: ignore[attr-defined]
+        else:
+            win, fill = o.window, o.fill  # type: ignore[union-attr]
         stride0 = self.env[self.cg.stride_sym(win.view, 0)]
-        if _clamps(o):  # clamp to the view: in place whenever the window starts inside
+        if fill == 0.0:  # clamp to the view: in place whenever the window starts inside
             shape = self.cg.program.param(win.view).shape
             offs = [self.expr(x) for x in win.offsets]
             inside = b.and_(b.icmp_signed(">=", offs[0], c64(0)),
@@ -138,22 +151,26 @@ class _Mma(_Nests):
                 p_in = b.gep(self.view_ptr(win.view), [off])
                 blk_in = b.block
             with other:
-                idx = tuple(Sym(lp.nest_var(i)) for i in range(2))
-                read = lp.ViewRead(win.view, tuple(add(o_, i) for o_, i in
-                                                   zip(win.offsets, idx, strict=True)),
-                                   o.fill, DType.F32, win)
-                copy = lp.Nest((lp.nest_var(0), lp.nest_var(1)), win.shape,
-                               lp.BufWrite(o.staging, idx, Const(0)), read)
-                self.nest_body(copy, (copy,), edge=True)
-                p_out = self.buffer_ptr(o.staging, Const(0))
-                ld_out = self.expr(win.shape[1])
+                if copy is not None:  # the copy as the program has it, then its Memory
+                    self.nest_body(copy, (copy,), edge=True)
+                    dest = copy.dest
+                    p_out, ld_out, cs_out = self.mma_buffer(
+                        lp.MmaBuf(dest.buffer, dest.version))  # type: ignore[union-attr]
+                else:
+                    p_out, ld_out = self.stage_window(win, fill, o.staging)  # type: ignore[union-attr]
+                    cs_out = c64(1)
                 blk_out = b.block
-        ptr = b.phi(F32P)
-        ptr.add_incoming(p_in, blk_in)
-        ptr.add_incoming(p_out, blk_out)
-        ld = b.phi(I64)
-        ld.add_incoming(stride0, blk_in)
-        ld.add_incoming(ld_out, blk_out)
+        pairs = [(F32P, p_in, p_out), (I64, stride0, ld_out)]
+        if copy is not None:
+            pairs.append((I64, c64(1), cs_out))
+        phis = []
+        for ty, x_in, x_out in pairs:
+            phi = b.phi(ty)
+            phi.add_incoming(x_in, blk_in)
+            phi.add_incoming(x_out, blk_out)
+            phis.append(phi)
+        if copy is None:
+            phis.append(c64(1))
         out = []
         for v, full in zip(valid, (rows, cols), strict=True):
             if v is full:
@@ -163,43 +180,31 @@ class _Mma(_Nests):
             phi.add_incoming(v, blk_in)
             phi.add_incoming(full, blk_out)
             out.append(phi)
-        return ptr, ld, c64(1), out[0], out[1]
+        return phis[0], phis[1], phis[2], out[0], out[1]
+
+    def stage_window(self, win: lp.Window, fill: float, staging: str
+                     ) -> tuple[ir.Value, ir.Value]:
+        """Copy ``win`` (``fill`` outside the view) into the row-major ``staging``
+        buffer: its pointer and row stride."""
+        idx = tuple(Sym(lp.nest_var(i)) for i in range(2))
+        read = lp.ViewRead(win.view, tuple(add(o_, i) for o_, i in
+                                           zip(win.offsets, idx, strict=True)),
+                           fill, DType.F32, win)
+        copy = lp.Nest((lp.nest_var(0), lp.nest_var(1)), win.shape,
+                       lp.BufWrite(staging, idx, Const(0)), read)
+        self.nest_body(copy, (copy,), edge=True)
+        return self.buffer_ptr(staging, Const(0)), self.expr(win.shape[1])
 
     def forwarded_copies(self, stmts: tuple[lp.Stmt, ...]
                          ) -> tuple[set[int], dict[int, dict[str, lp.MmaBuf]]]:
-        """Staging copies an mma can skip: ``%stage[i, j] = %src[i, j]`` of a whole
-        operand, followed (with only nests writing other buffers in between) by the mma
-        that reads ``%stage``. The packed GEMM takes both element strides of ``%src``
-        (a column-major ``Bs``, say) and packs it directly, so the copy is dropped and
-        the mma reads ``%src``. Returns the indices of the skipped copies and, per mma
-        index, the operand substitutions."""
-        skip: set[int] = set()
-        subst: dict[int, dict[str, lp.MmaBuf]] = {}
-        prog = self.cg.program
-        for j, mm in enumerate(stmts):
-            if not isinstance(mm, lp.Mma):
-                continue
-            for o, dims in ((mm.a, (mm.m, mm.k)), (mm.b, (mm.k, mm.n))):
-                if not isinstance(o, lp.MmaBuf) or o.version != Const(0):
-                    continue
-                stage = prog.buffer(o.buffer)
-                if stage.role != "stage":
-                    continue
-                for i in range(j - 1, -1, -1):
-                    s = stmts[i]
-                    if not isinstance(s, lp.Nest) or not isinstance(s.dest, lp.BufWrite):
-                        break
-                    if s.dest.buffer != o.buffer:
-                        continue  # another nest; checked below that it leaves src alone
-                    src = _plain_copy_source(s, prog, dims)
-                    between = stmts[i + 1 : j]  # nests writing buffers (checked above)
-                    if src is not None and all(
-                            t.dest.buffer != src.buffer  # type: ignore[union-attr]
-                            and o.buffer not in _buffers_read(t.value)  # type: ignore[union-attr]
-                            for t in between):
-                        skip.add(i)
-                        subst.setdefault(j, {})[o.buffer] = src
-                    break
+        """Copies of ``stmts`` no code is emitted for (see :mod:`.mma_sources`): the
+        indices of staging copies an mma skips and of view copies into a Memory an mma
+        packs from the view instead, and per mma index its staging substitutions.
+        The first call (the segment's body) finds the segment's view copies."""
+        if self.view_sources is None:
+            self.view_sources = view_copies(stmts, self.cg.program, self.seg)
+        skip, subst = staging_forwards(stmts, self.cg.program)
+        skip |= {i for i, s in enumerate(stmts) if id(s) in self.view_sources.skip}
         return skip, subst
 
 
@@ -214,36 +219,3 @@ def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 def _clamps(o: lp.MmaBuf | lp.MmaView) -> bool:
     """Whether the operand may clamp the product (a view window with fill 0)."""
     return isinstance(o, lp.MmaView) and o.fill == 0.0
-
-
-def _buffers_read(e: object) -> set[str]:
-    """Names of the buffers an element expression reads."""
-    if isinstance(e, lp.BufRead):
-        return {e.buffer} | _buffers_read(e.index)
-    if isinstance(e, tuple):
-        return set().union(*(_buffers_read(x) for x in e))
-    if is_dataclass(e) and isinstance(e, lp.Elem):
-        return set().union(*(_buffers_read(getattr(e, f.name)) for f in fields(e)))
-    return set()
-
-
-def _plain_copy_source(s: lp.Nest, prog: lp.LoopProgram, dims: tuple[Expr, Expr]
-                       ) -> lp.MmaBuf | None:
-    """``src`` when ``s`` is ``%stage[i, j] = %src<v>[i, j]`` over exactly ``dims``, with
-    ``%src`` an f32 buffer of plain (unswizzled) strides; else None."""
-    dest, val = s.dest, s.value
-    if not (isinstance(dest, lp.BufWrite) and isinstance(val, lp.BufRead)):
-        return None
-    if dest.version != Const(0) or val.index != dest.index or len(dest.index) != 2:
-        return None
-    ext = dict(zip(s.vars, s.extents, strict=True))
-    if not all(isinstance(x, Sym) and x.name in ext for x in dest.index) \
-            or len(set(dest.index)) != 2 or len(s.vars) != 2:
-        return None
-    if tuple(ext[x.name] for x in dest.index) != dims:  # type: ignore[union-attr]
-        return None
-    src = prog.buffer(val.buffer)
-    if src.dtype is not DType.F32 or src.layout.swizzles or src.layout.rank != 2 \
-            or val.dtype is not DType.F32:
-        return None
-    return lp.MmaBuf(val.buffer, val.version)

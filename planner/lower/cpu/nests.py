@@ -15,6 +15,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr
 from planner.lower.cpu.builder import _align, _reg_type, _vec
 from planner.lower.cpu.context import _Lanes
+from planner.lower.cpu.edge_stores import emit_edge_nest
 from planner.lower.cpu.elements import _COMBINE, _HORIZONTAL, _Elements
 from planner.lower.cpu.index_exprs import _coeff
 from planner.lower.cpu.llvm_helpers import F32, I1, I64, c64, transpose
@@ -46,8 +47,8 @@ class _Nests(_Elements):
         with self.b.if_else(self.windows_inside(windows)) as (inside, outside):
             with inside:
                 self.nest_body(s, parts, edge=False)
-            with outside:
-                self.nest_body(s, parts, edge=True)
+            with outside:  # a plain store runs unmasked over what is inside the view
+                emit_edge_nest(self, s, parts)
 
     def nest_body(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
                   edge: bool) -> None:
