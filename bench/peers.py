@@ -4,19 +4,24 @@ Run from the repository root (peers: ``pip install -e '.[bench]'``)::
 
     python bench/peers.py            # 1 and 2 threads, a few minutes
     python bench/peers.py --quick    # smaller sizes, fewer rounds
+    python bench/peers.py --only layernorm --only gelu   # rows whose name has either
 
-Kernels: row softmax, layernorm, GELU-tanh, GEMM, attention, and the awkward edge sizes
-(GEMM 300×200×130, softmax 37×1000, attention 100×77). Peers: numpy (OpenBLAS for the
-matmuls), numba (``@njit(parallel=True, fastmath=True)``) and JAX (``jax.jit``, XLA CPU);
-a peer that does not import is skipped with a note, numba has no GEMM or attention row.
+Kernels: row softmax and layernorm (1024×4096 and 4096×4096), GELU-tanh (16M), GEMM,
+attention, and the awkward edge sizes (GEMM 300×200×130, softmax 37×1000, attention
+100×77). Peers: numpy (OpenBLAS for the matmuls), numba (``@njit(parallel=True,
+fastmath=True)``), JAX (``jax.jit``, XLA CPU) and Halide (softmax, layernorm, GELU in
+its Python API under the fastest shipped autoscheduler: ``bench/halide_peer.py``); a
+peer that does not import is skipped with a note, numba and Halide have no GEMM or
+attention row.
 
 Each thread count runs in its own child process pinned to that many cores
 (``sched_setaffinity``) with every peer limited to it (threadpoolctl for BLAS,
-``numba.set_num_threads``, ``XLA_FLAGS`` before JAX starts), so no peer sees more cores
-than planner. Within a child, variants are interleaved round by round (ABBA order), each
-sample after a short warm-up of the same variant; the table gives median, min and max,
-and the ratio peer median / planner median (> 1: planner faster). Every output is
-checked against the numpy reference first (the max abs error is printed).
+``numba.set_num_threads``, ``XLA_FLAGS`` before JAX starts, ``HL_NUM_THREADS`` before
+halide is imported), so no peer sees more cores than planner. Within a child, variants
+are interleaved round by round (ABBA order), each sample after a short warm-up of the
+same variant; the table gives median, min and max, and the ratio peer median / planner
+median (> 1: planner faster). Every output is checked against the numpy reference
+first (the max abs error is printed).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from halide_peer import KINDS as HALIDE_KINDS
+from halide_peer import build as halide_build
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP_S = 0.1
@@ -45,6 +52,7 @@ def _setup_child(threads: int) -> None:
     os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
                                f" intra_op_parallelism_threads={threads}")
     os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    os.environ["HL_NUM_THREADS"] = str(threads)
 
 
 def _peers(threads: int) -> tuple[dict[str, object], list[str]]:
@@ -62,6 +70,17 @@ def _peers(threads: int) -> tuple[dict[str, object], list[str]]:
         mods["jax"] = jax
     except Exception as e:
         notes.append(f"jax skipped: {type(e).__name__}: {e}")
+    try:
+        import halide
+        from halide_peer import load_autoschedulers
+
+        names, skipped = load_autoschedulers(halide)
+        notes.extend(skipped)
+        if not names:
+            raise RuntimeError("no autoscheduler plugin loaded")
+        mods["halide"] = (halide, names)
+    except Exception as e:
+        notes.append(f"halide skipped: {type(e).__name__}: {e}")
     return mods, notes
 
 
@@ -160,8 +179,8 @@ def _workloads(quick: bool) -> list[tuple[str, str, object, dict[str, int],
     rng = np.random.default_rng(0)
     f32 = np.float32
     out = []
-    m, n = (512, 2048) if quick else (1024, 4096)
-    for rows, cols, tag in ((m, n, ""), (37, 1000, " (edge)")):
+    sizes = [(512, 2048, "")] if quick else [(1024, 4096, ""), (4096, 4096, "")]
+    for rows, cols, tag in [*sizes, (37, 1000, " (edge)")]:
         x = rng.standard_normal((rows, cols)).astype(f32)
         w, b = rng.standard_normal(cols).astype(f32), rng.standard_normal(cols).astype(f32)
         out.append((f"softmax {rows}x{cols}{tag}", "softmax",
@@ -172,7 +191,7 @@ def _workloads(quick: bool) -> list[tuple[str, str, object, dict[str, int],
                         layernorm.make_layernorm(layernorm.LayerNormConfig(block_m=4)),
                         {"M": rows, "N": cols}, {"X": x, "W": w, "Bias": b},
                         lambda x=x, w=w, b=b: np_layernorm(x, w, b)))
-    g = rng.standard_normal((1 if quick else 4) * 2 ** 20).astype(f32)
+    g = rng.standard_normal((1 if quick else 16) * 2 ** 20).astype(f32)
     out.append((f"gelu-tanh {g.size // 2 ** 20}M", "gelu", gelu.make_gelu(gelu.GeluConfig(4096)),
                 {"N": g.size}, {"X": g}, lambda: np_gelu(g)))
     s = 512 if quick else 1024
@@ -202,7 +221,8 @@ def _sample(f: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def child(threads: int, quick: bool, rounds: int) -> dict[str, object]:
+def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
+          ) -> dict[str, object]:
     _setup_child(threads)
     from threadpoolctl import threadpool_limits
 
@@ -216,6 +236,8 @@ def child(threads: int, quick: bool, rounds: int) -> dict[str, object]:
     target = CatalogRegistry().get("x86-avx2")
     rows = []
     for name, kind, kernel, bindings, arrays, reference in _workloads(quick):
+        if only and not any(o in name for o in only):
+            continue
         want = np.asarray(reference())
         ck = compile_kernel(kernel, plan_kernel(kernel, target, bindings), target)
         out_name = next(p.name for p in ck.loop_program.params if not p.readonly)
@@ -231,6 +253,12 @@ def child(threads: int, quick: bool, rounds: int) -> dict[str, object]:
         if kind in jx:
             dev = [mods["jax"].device_put(a) for a in args]  # type: ignore[attr-defined]
             variants["jax"] = lambda f=jx[kind], dev=dev: f(*dev).block_until_ready()
+        if "halide" in mods and kind in HALIDE_KINDS:
+            hl, names = mods["halide"]  # type: ignore[misc]
+            run, note = halide_build(hl, kind, list(args), threads, names)
+            notes.append(note)
+            if run is not None:
+                variants["halide"] = run
         errs = {}
         with threadpool_limits(threads):
             for k, f in variants.items():
@@ -259,25 +287,28 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row")
     ap.add_argument("--threads", type=int, action="append", help="thread counts (1, 2)")
+    ap.add_argument("--only", action="append", metavar="TEXT",
+                    help="only rows whose name contains TEXT (repeatable)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     rounds = args.rounds or (5 if args.quick else 9)
     if args.child:
-        print(json.dumps(child(args.threads[0], args.quick, rounds)))
+        print(json.dumps(child(args.threads[0], args.quick, rounds, args.only)))
         return
     print(f"host {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"numpy {np.__version__}; median of {rounds} interleaved rounds "
           "(min..max); ratio = peer median / planner median (> 1: planner faster)\n")
     for th in args.threads or [1, 2]:
         cmd = [sys.executable, __file__, "--child", "--threads", str(th),
-               "--rounds", str(rounds)] + (["--quick"] if args.quick else [])
+               "--rounds", str(rounds)] + (["--quick"] if args.quick else []) \
+            + [a for o in args.only or [] for a in ("--only", o)]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                         env=env).stdout.splitlines()[-1])
         print(f"{th} thread{'s' if th > 1 else ''}")
         for note in res["notes"]:
             print(f"  note: {note}")
-        peers = ["numpy", "numba", "jax"]
+        peers = ["numpy", "numba", "jax", "halide"]
         head = ["kernel", "planner ms"] + [f"{p} ms" for p in peers] \
             + [f"{p} ratio" for p in peers] + ["max |err| (planner)"]
         lines = [head]

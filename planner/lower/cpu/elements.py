@@ -80,7 +80,8 @@ class _Elements(_Memory):
     def _binary(self, e: lp.Binary, lanes: _Lanes) -> ir.Value:
         u = _one_plus_tanh_arg(e)
         if u is not None:  # 1 + tanh(u) as 2·sigmoid(2u): one exp, no cancellation
-            return emit_one_plus_tanh(self.b, self.elem(u, lanes))
+            a, scale = _scaled(u)
+            return emit_one_plus_tanh(self.b, self.elem(a, lanes), scale)
         a, c = self.elem(e.a, lanes), self.elem(e.b, lanes)
         fn = _BINARY.get((e.fn, e.a.dtype))
         if fn is None:
@@ -191,6 +192,17 @@ def _one_plus_tanh_arg(e: lp.Binary) -> lp.Elem | None:
                 and t.fn is UnaryFn.TANH and t.dtype is DType.F32:
             return t.x
     return None
+
+
+def _scaled(u: lp.Elem) -> tuple[lp.Elem, float]:
+    """``(a, c)`` when ``u`` is ``a * c`` or ``c * a`` with a finite f32 literal c (GELU's
+    ``inner * sqrt(2/pi)``): the sigmoid form then multiplies a by -2c once; else
+    ``(u, 1.0)``."""
+    if isinstance(u, lp.Binary) and u.fn is BinaryFn.MUL:
+        for lit, a in ((u.b, u.a), (u.a, u.b)):
+            if isinstance(lit, lp.Lit) and 0.0 < abs(float(lit.value)) < 1e38:
+                return a, float(lit.value)
+    return u, 1.0
 
 
 def _rsqrt(fn: _Elements, x: ir.Value) -> ir.Value:
