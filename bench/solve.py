@@ -16,12 +16,14 @@ broadcasts over 4×16 f32 tiles, inside one parallel region, so register capacit
 binds.  Reported: the time to a proven optimum, or the gap when the time limit stops the
 search, on ``--workers`` search workers: ``plan s`` is the whole ``plan_kernel`` call
 (graph, pricing, proofs, model building, search, evaluation), which ``time_limit`` bounds
-(``/ limit``: its share of the limit), ``cp-sat s`` the search alone, ``model size`` the
-estimate of :func:`planner.solve.budget.estimate_model_size`.
+(``/ limit``: its share of the limit), ``cp-sat s`` the search alone (tie-break
+included), ``model size`` the estimate of :func:`planner.solve.budget.estimate_model_size`,
+and the seconds of the plan's phases (building the priced problem, the CP-SAT model, the
+search, the reference evaluation).
 
 Part 3, the row softmax with ``N`` chained ``exp`` between its exp and its sum (the
 issue's "400 chained exps"), each planned in a fresh process: the whole call's wall time,
-its status, and the process's peak resident memory (CP-SAT's included).
+its status, the process's peak resident memory (CP-SAT's included), and its phases.
 """
 
 from __future__ import annotations
@@ -154,14 +156,21 @@ def softmax_chain(n_exp: int) -> Kernel:
 CHAIN_BINDINGS = {"M": 100, "N": 70}
 
 
+def _phases(plan: object) -> str:
+    """``build/model/solve/evaluate`` seconds of a plan (proofs are in the whole call)."""
+    spent = dict(getattr(plan, "phases", ()))
+    return "/".join(f"{spent.get(p, 0.0):.2f}" for p in ("build", "model", "solve", "evaluate"))
+
+
 def _plan_chain(target: str, n_exp: int, time_limit: float, workers: int
-                ) -> tuple[int, str, float, float, float]:
+                ) -> tuple[int, str, float, float, float, str]:
     kernel = softmax_chain(n_exp)
     t0 = time.perf_counter()
     plan = plan_kernel(kernel, CatalogRegistry().get(target), CHAIN_BINDINGS,
                        time_limit_s=time_limit, workers=workers)
     elapsed = time.perf_counter() - t0
-    return len(plan.edges), plan.status.value, plan.gap, elapsed, _peak_rss_mib()
+    return (len(plan.edges), plan.status.value, plan.gap, elapsed, _peak_rss_mib(),
+            _phases(plan))
 
 
 def _peak_rss_mib() -> float:
@@ -182,13 +191,13 @@ def bench_chain(target: str, sizes: list[int], time_limit: float, workers: int) 
     for n_exp in sizes:
         spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
         with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
-            edges, status, gap, elapsed, rss = pool.submit(
+            edges, status, gap, elapsed, rss, spent = pool.submit(
                 _plan_chain, target, n_exp, time_limit, workers).result()
         size = estimate_model_size(softmax_chain(n_exp), CHAIN_BINDINGS).figure
         rows.append((str(n_exp), str(edges), f"{size:,}", status, f"{gap:.3%}",
-                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", f"{rss:.0f}"))
+                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", f"{rss:.0f}", spent))
     head = ("chained exps", "edges", "model size", "status", "gap", "plan s", "/ limit",
-            "peak RSS MiB")
+            "peak RSS MiB", "build/model/solve/evaluate s")
     return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7))
 
 
@@ -227,14 +236,15 @@ def bench_synthetic(target: str, sizes: list[int], time_limit: float, workers: i
         except PlannerError as exc:  # the limit passed with no plan at all
             elapsed = time.perf_counter() - t0
             rows.append((str(size), "-", f"{estimate:,}", exc.kind or "error",
-                         f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", "-", "-", "-"))
+                         f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", "-", "-", "-", "-"))
             continue
         elapsed = time.perf_counter() - t0
         rows.append((str(size), str(len(plan.edges)), f"{estimate:,}", plan.status.value,
                      f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}",
-                     f"{plan.solve_time_s:.2f}", f"{plan.gap:.3%}", f"{plan.objective:,}"))
+                     f"{plan.solve_time_s:.2f}", f"{plan.gap:.3%}", f"{plan.objective:,}",
+                     _phases(plan)))
     head = ("target edges", "edges", "model size", "status", "plan s", "/ limit", "cp-sat s",
-            "gap", "objective ns")
+            "gap", "objective ns", "build/model/solve/evaluate s")
     return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7, 8))
 
 

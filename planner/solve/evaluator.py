@@ -11,7 +11,7 @@ with it; :mod:`planner.solve.model` encodes the same semantics for CP-SAT.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.plan.decisions import Decision, register_copy_name
@@ -97,13 +97,14 @@ def evaluate(problem: Problem, a: Assignment,
             continue
         memory_terms.append(terms(**{STALLS: m.stall[k - 1],
                                      TRAFFIC: m.home_cost[h] if m.home_cost else 0}))
-    occupancy = occupancies(problem, a)
+    held = held_at_points(problem, a)
+    occupancy = occupancies(problem, a, held)
     for occ in occupancy:
         if occ.capacity is not None and occ.bytes > occ.capacity:
             bad.append(f"{occ.resource} holds {occ.bytes} B > {occ.capacity} B at point "
                        f"{occ.point}")
     return Evaluation(tuple(bad), tuple(edge_terms), add_terms(*memory_terms),
-                      problem.constant, tuple(occupancy))
+                      problem.constant, tuple(occupancy), tuple(held))
 
 
 def _evaluate_value(problem: Problem, a: Assignment, v: Value,
@@ -262,28 +263,14 @@ class Held:
     sync: str | None = None  # the catalog sync rule ordering its writes before reads
 
 
-# The last answer of :func:`held_at_points`: a plan's evaluation and its buffer listing
-# ask for the same one in turn (the problem is kept, so its id cannot be reused).
-_LAST_HELD: list[tuple[Problem, Assignment, list[tuple[tuple[str, int], list[Held]]]]] = []
-
-
 def held_at_points(problem: Problem, a: Assignment
                    ) -> list[tuple[tuple[str, int], list[Held]]]:
-    """The buffers held at every checked point ``(owner, point)`` (do not modify the list:
-    the last answer is reused for the same problem and assignment).
+    """The buffers held at every checked point ``(owner, point)``.
 
     A value yielded to a loop carry and kept in the carry's storage is computed into the
     carry's buffer: it is held under the carry's key (one buffer; two versions, the old
-    value and the yielded one, when the guard ``pingpong`` holds)."""
-    if _LAST_HELD and _LAST_HELD[0][0] is problem and _LAST_HELD[0][1] == a:
-        return _LAST_HELD[0][2]
-    out = _held_at_points(problem, a)
-    _LAST_HELD[:] = [(problem, a, out)]
-    return out
-
-
-def _held_at_points(problem: Problem, a: Assignment
-                    ) -> list[tuple[tuple[str, int], list[Held]]]:
+    value and the yielded one, when the guard ``pingpong`` holds).  :func:`evaluate`
+    keeps its answer (:attr:`Evaluation.held`): pass that on rather than asking again."""
     truth = Truth(problem, a)
     into: dict[int, tuple[int, bool]] = {}  # yielded value -> (its carry, two versions)
     for gi, g in enumerate(problem.guards):
@@ -295,10 +282,15 @@ def _held_at_points(problem: Problem, a: Assignment
     pingpong = {c for c, two in into.values() if two}
     live: dict[tuple[int, int], list[Held]] = {}  # a segment's holders: the same everywhere
     kinds: dict[tuple[int, bool, bool], list[Held]] = {}  # (value, in registers, buffered)
+    # values no edge keeps (all inlined) hold nothing at any of their segments
+    quiet = [not any(a.choices[i] in PRESERVING for i in v.edges) for v in problem.values]
+    memories: dict[int, Held] = {}  # the same at every point
     out: list[tuple[tuple[str, int], list[Held]]] = []
     for lp in problem.live_points:
         held: list[Held] = []
         for vi, si in lp.segments:
+            if quiet[vi]:
+                continue
             seg = live.get((vi, si))
             if seg is None:
                 v = problem.values[vi]
@@ -310,17 +302,23 @@ def _held_at_points(problem: Problem, a: Assignment
                 live[(vi, si)] = seg
             held += seg
         for mi in lp.memories:
-            m = problem.memories[mi]
-            k = a.memory_versions[mi] if a.memory_versions else 1
-            h = m.home_of(a)
-            held.append(Held(("memory", mi), m.name, "memory", m.homes[h],
-                             m.home_bytes[h] * k, k,
-                             m.home_sync[h] if m.home_sync else None))
+            mem = memories.get(mi)
+            if mem is None:
+                m = problem.memories[mi]
+                k = a.memory_versions[mi] if a.memory_versions else 1
+                h = m.home_of(a)
+                mem = memories[mi] = Held(("memory", mi), m.name, "memory", m.homes[h],
+                                          m.home_bytes[h] * k, k,
+                                          m.home_sync[h] if m.home_sync else None)
+            held.append(mem)
         for ti in lp.temps:
             t = problem.temps[ti]
             if truth.temp(t):
                 role = "exchange" if t.name.startswith("exchange") else "staging"
                 held.append(Held(("temp", ti), t.name, role, t.resource, t.bytes, 1, t.sync))
+        if not into:  # one key per holder: a value has one segment at a point
+            out.append(((lp.owner, lp.point), held))
+            continue
         merged: dict[tuple[object, ...], Held] = {}
         for h in held:  # a carry and the value computed into its second version
             o = merged.get(h.key)
@@ -352,14 +350,22 @@ def _segment_held(problem: Problem, a: Assignment, vi: int, reg: bool, mat: bool
     return out
 
 
-def occupancies(problem: Problem, a: Assignment) -> list[Occupancy]:
-    """Bytes held per resource at every checked point, with the holders."""
+def occupancies(problem: Problem, a: Assignment,
+                held: Sequence[tuple[tuple[str, int], list[Held]]] | None = None
+                ) -> list[Occupancy]:
+    """Bytes held per resource at every checked point, with the holders (from ``held``,
+    :func:`held_at_points`' answer for ``a``, when given)."""
     out: list[Occupancy] = []
-    for (owner, point), held in held_at_points(problem, a):
+    labels: dict[int, tuple[str, int]] = {}  # id(holder) -> (label, bytes): shared holders
+    listing = held if held is not None else held_at_points(problem, a)
+    for (owner, point), held_here in listing:
         per: dict[str, list[tuple[str, int]]] = {}
-        for h in held:
-            label = h.name if h.versions == 1 else f"{h.name} ×{h.versions}"
-            per.setdefault(h.resource, []).append((label, h.bytes))
+        for h in held_here:
+            item = labels.get(id(h))
+            if item is None:
+                item = labels[id(h)] = (h.name if h.versions == 1
+                                        else f"{h.name} ×{h.versions}", h.bytes)
+            per.setdefault(h.resource, []).append(item)
         for res, holders in sorted(per.items()):
             out.append(Occupancy(res, owner, point, sum(b for _, b in holders),
                                  problem.capacity(res, owner), tuple(holders)))

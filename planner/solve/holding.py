@@ -323,6 +323,7 @@ class Holding:
     def _held(self) -> None:
         ctx = self.ctx
         out = []
+        ends: dict[tuple[str, int, bool], int] = {}  # (value node, site, in place) -> end
         for e in self.edges:
             if not e.index & 255:
                 check_deadline(self.deadline)
@@ -342,11 +343,17 @@ class Holding:
                 gd = self.guard("versioned", v.index, 0)
                 extra += [(lo, held[0], gd), (held[1], hi + 1, gd)]
             remote = []
+            carry = self.carries.get(e.value)  # :meth:`_in_place`, inlined: a hot loop
+            yield_def = carry.yield_def if carry is not None and carry.aliased else None
             for n, gd, aligned in sites:
                 if n == e.consumer_point or gd is None:
                     continue
-                _, end = span(ctx, v.node, self.point_node[n], False, inclusive=True,
-                              in_place=self._in_place(e, n, aligned))
+                in_place = n == yield_def and aligned
+                key = (v.node, n, in_place)
+                end = ends.get(key)
+                if end is None:
+                    end = ends[key] = span(ctx, v.node, self.point_node[n], False,
+                                           inclusive=True, in_place=in_place)[1]
                 if end > held[1]:
                     remote.append((n, end, gd))
             if into is not None and held[1] == e.consumer_point:  # split: copied at the mma
@@ -530,8 +537,11 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
     covered: dict[int, int] = {}  # unguarded edge -> active items
     edges: tuple[int, ...] = ()  # sorted(covered), rebuilt when it changes
     active: set[int] = set()  # chains
+    chain_ends = [c.ends for c in chains]
+    alive: list[int] = []  # sorted(active) with covered edges left out, rebuilt on change
     for lo, hi in itertools.pairwise(cuts):
         xs = plain.get(lo)
+        changed = False
         if xs:
             for x in xs:
                 if x < 0:
@@ -542,11 +552,19 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
                 else:
                     covered[x] = covered.get(x, 0) + 1
             edges = tuple(sorted(covered))
-        active.update(opening.get(lo, ()))
-        active.difference_update(closing.get(lo, ()))
+            changed = True
+        cs = opening.get(lo)
+        if cs:
+            active.update(cs)
+            changed = True
+        cs = closing.get(lo)
+        if cs:
+            active.difference_update(cs)
+            changed = True
         if not covered and not active:
             continue
-        chained = tuple([(ci, bisect.bisect_right(chains[ci].ends, lo))
-                         for ci in sorted(active) if chains[ci].edge not in covered])
+        if changed:
+            alive = [ci for ci in sorted(active) if chains[ci].edge not in covered]
+        chained = tuple([(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])
         segs.append(Segment(lo, hi, edges, chained))
     return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains))

@@ -34,7 +34,8 @@ constraint that cannot bind (its largest possible sum fits) is not emitted.
 When CP-SAT finds no solution within its time limit, :func:`solve` returns a heuristic
 plan (:func:`fallback_assignment`) checked by the reference evaluator.  A proven optimum
 is made unique by a lexicographic tie-break among equal optima (:func:`tiebreak_order`),
-so the plan does not depend on the worker count or on thread timing.
+so the plan does not depend on the worker count or on thread timing; the tie-break runs
+on each independent part of a large model alone (:mod:`planner.solve.decompose`).
 
 Constraint groups (legality of an edge, the policy for a value, a baseline's rule for
 an edge, capacity of a resource at a point) can be guarded by assumption literals;
@@ -131,7 +132,11 @@ class BuiltModel:
     restrictions: Restrictions = field(default_factory=dict)
     no_registers: frozenset[int] = frozenset()  # edges whose value overflows the registers
     most_of: dict[tuple[int, int], dict[str | None, int]] = field(default_factory=dict)
-    held: set[tuple[int, int]] = field(default_factory=set)  # segments _holds has seen
+    # value -> its _most_of table when every segment has the same one (None: per segment)
+    most_fixed: dict[int, dict[str | None, int] | None] = field(default_factory=dict)
+    capacity_order: list[tuple[tuple[str, str], int | None]] = field(default_factory=list)
+    buffered: dict[str, frozenset[int]] = field(default_factory=dict)  # resource -> values
+    held: set[tuple[int, int, Decision]] = field(default_factory=set)  # what _holds saw
     # value -> (edges that may be virtual, that may be materialized, _most_of's tables)
     holders: dict[int, tuple[frozenset[int], frozenset[int],
                              dict[tuple[bool, bool], dict[str | None, int]]]] = \
@@ -158,7 +163,8 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     """
     bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
                     restrictions=restrictions or {},
-                    no_registers=frozenset() if assumptions else _no_registers(problem))
+                    no_registers=frozenset() if assumptions else _no_registers(problem),
+                    capacity_order=sorted(problem.capacities.items()))
     for e in problem.edges:
         _edge_choices(bm, e, restrictions or {}, skip)
     for v in problem.values:
@@ -229,37 +235,40 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     _version_vars(bm, v, edges)
 
 
-def _holds(bm: BuiltModel, vi: int, si: int) -> None:
-    """Create ``reg[vi, si]`` / ``mat[vi, si]`` (where something can hold the value
-    there), on first use: only a capacity sum that can bind reads them, so a value that no
-    such sum sees costs no holding literals (nor the site guards behind them)."""
-    key = (vi, si)
+def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
+    """Create ``reg[vi, si]`` (``choice`` virtual) or ``mat[vi, si]`` (materialized) where
+    something can hold the value there, on first use: only a capacity sum that can bind
+    reads them, so a value that no such sum sees costs no holding literals (nor the site
+    guards behind them), and a sum over registers creates no buffer literals."""
+    key = (vi, si, choice)
     if key in bm.held:
         return
     bm.held.add(key)
     v = bm.problem.values[vi]
+    if choice is VIRTUAL and v.register is None:
+        return
     seg = v.segments[si]
-    m = bm.model
-    virt = [bm.x[(i, VIRTUAL)] for i in seg.edges if (i, VIRTUAL) in bm.x]
-    mats = [bm.x[(i, MATERIALIZED)] for i in seg.edges if (i, MATERIALIZED) in bm.x]
+    x = bm.x
+    lits = [x[(i, choice)] for i in seg.edges if (i, choice) in x]
     # A chain's suffixes are derived once per value: ``any[j]`` is implied by guard ``j``
     # and by ``any[j + 1]``, so a segment holding from ``first`` on costs one product per
     # storage, not one per guard (linear in the chain, not in segments × guards).
     for ci, first in seg.chained:
+        edge = v.chains[ci].edge
+        if (edge, choice) not in x:
+            continue
         suffixes = bm.conditions.get(("suffixes", vi, ci))
         if suffixes is None:
             suffixes = _suffixes(bm, v.chains[ci].guards)
             bm.conditions[("suffixes", vi, ci)] = suffixes  # type: ignore[assignment]
         guard = suffixes[first] if first < len(suffixes) else False  # type: ignore[index]
-        hv, hm = _held(bm, v.chains[ci].edge, guard, ("chain", vi, ci, first))
-        if hv is not False:
-            virt.append(hv)  # type: ignore[arg-type]
-        if hm is not False:
-            mats.append(hm)  # type: ignore[arg-type]
-    if virt and v.register is not None:
-        bm.reg[(vi, si)] = _at_least_any(m, virt, f"reg{vi}_{si}")
-    if mats:
-        bm.mat[(vi, si)] = _at_least_any(m, mats, f"mat{vi}_{si}")
+        held = _held(bm, edge, choice, guard, ("chain", vi, ci, first))
+        if held is not False:
+            lits.append(held)  # type: ignore[arg-type]
+    if lits:
+        store = bm.reg if choice is VIRTUAL else bm.mat
+        store[(vi, si)] = _at_least_any(bm.model, lits, f"{'reg' if choice is VIRTUAL else 'mat'}"
+                                        f"{vi}_{si}")
 
 
 def _no_registers(problem: Problem) -> frozenset[int]:
@@ -267,14 +276,17 @@ def _no_registers(problem: Problem) -> frozenset[int]:
     checked point that their own cover spans (the capacity sum there forces ``x[e,
     virtual]`` to 0 whatever else holds, so the literal is not created)."""
     out: set[int] = set()
+    over: dict[tuple[int, str], bool] = {}  # (value, owner) -> it alone overflows there
+    values = problem.values
     for lp in problem.live_points:
         for vi, si in lp.segments:
-            v = problem.values[vi]
-            if v.register is None:
-                continue
-            cap = problem.capacity(v.register, lp.owner)
-            if cap is not None and v.reg_bytes > cap:
-                out.update(v.segments[si].edges)
+            alone = over.get((vi, lp.owner))
+            if alone is None:
+                v = values[vi]
+                cap = None if v.register is None else problem.capacity(v.register, lp.owner)
+                alone = over[(vi, lp.owner)] = cap is not None and v.reg_bytes > cap
+            if alone:
+                out.update(values[vi].segments[si].edges)
     return frozenset(out)
 
 
@@ -297,15 +309,12 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
     return out
 
 
-def _held(bm: BuiltModel, i: int, guard: Cond, key: tuple[object, ...]
-          ) -> tuple[Cond, Cond]:
-    """(in registers, in its buffer): edge ``i``, virtual / materialized, holds its value
-    while ``guard`` holds; ``False`` where it cannot."""
-    out: list[Cond] = []
-    for c in (VIRTUAL, MATERIALIZED):
-        held = _conjunction(bm, ("held", i, c, *key), [bm.x.get((i, c), False), guard])
-        out.append(bm.x[(i, c)] if held is True else held)
-    return out[0], out[1]
+def _held(bm: BuiltModel, i: int, c: Decision, guard: Cond, key: tuple[object, ...]
+          ) -> Cond:
+    """Edge ``i``, taking ``c`` (virtual: in registers, materialized: in its buffer), holds
+    its value while ``guard`` holds; ``False`` where it cannot."""
+    held = _conjunction(bm, ("held", i, c, *key), [bm.x.get((i, c), False), guard])
+    return bm.x[(i, c)] if held is True else held
 
 
 def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
@@ -419,8 +428,9 @@ def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar
 
 def _conjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> Cond:
     """All of ``conds`` (constants folded; a literal implied by the conjunction)."""
-    if any(c is False for c in conds):
-        return False
+    for c in conds:  # not ``False in conds``: a literal's ``==`` builds a constraint
+        if c is False:
+            return False
     lits = [c for c in conds if c is not True]
     if not lits:
         return True
@@ -613,9 +623,16 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
     p = bm.problem
     out: list[tuple[cp_model.IntVar, int]] = []
     fixed, most = 0, 0
+    buffered = bm.buffered.get(resource)
+    if buffered is None:  # the values with a placement in ``resource``
+        buffered = bm.buffered[resource] = frozenset(
+            v.index for v in p.values if any(pl.resource == resource for pl in v.placements))
     for vi, si in lp.segments:
-        _holds(bm, vi, si)
         v = p.values[vi]
+        if v.register == resource:
+            _holds(bm, vi, si, VIRTUAL)
+        if vi in buffered:
+            _holds(bm, vi, si, MATERIALIZED)
         ks = range(1, v.max_versions + 1)
         versions = [(k, bm.u.get((vi, k))) for k in ks] if v.max_versions > 1 else [(1, None)]
         if v.register == resource and (vi, si) in bm.reg:
@@ -664,38 +681,81 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
     return out, fixed, most + fixed
 
 
-def _most(bm: BuiltModel, lp: LivePoint, resource: str) -> int:
-    """An upper bound of :func:`occupancy_terms`' largest possible bytes, creating nothing:
-    a capacity sum under it cannot bind and is not built."""
+def _most(bm: BuiltModel, lp: LivePoint) -> dict[str | None, int]:
+    """Upper bounds of :func:`occupancy_terms`' largest possible bytes per resource,
+    creating nothing: a capacity sum under its bound cannot bind and is not built."""
     p = bm.problem
-    most = 0
+    most: dict[str | None, int] = {}
+    fixed = bm.most_fixed
     for vi, si in lp.segments:
-        per = bm.most_of.get((vi, si))
+        per = fixed.get(vi, False)
+        if per is False:
+            per = fixed[vi] = _most_everywhere(bm, vi)
         if per is None:
-            per = bm.most_of[(vi, si)] = _most_of(bm, vi, si)
-        most += per.get(resource, 0)
+            per = bm.most_of.get((vi, si))
+            if per is None:
+                per = bm.most_of[(vi, si)] = _most_of(bm, vi, si)
+        for r, nbytes in per.items():
+            most[r] = most.get(r, 0) + nbytes
     for mi in lp.memories:
         mem = p.memories[mi]
-        if resource in mem.homes:
-            most += mem.home_bytes[mem.homes.index(resource)] * mem.max_versions
-    return most + sum(p.temps[ti].bytes for ti in lp.temps if p.temps[ti].resource == resource)
+        for r in dict.fromkeys(mem.homes):
+            most[r] = most.get(r, 0) + mem.home_bytes[mem.homes.index(r)] * mem.max_versions
+    for ti in lp.temps:
+        t = p.temps[ti]
+        most[t.resource] = most.get(t.resource, 0) + t.bytes
+    return most
+
+
+def _holder_edges(bm: BuiltModel, vi: int) -> tuple[frozenset[int], frozenset[int],
+                                                     dict[tuple[bool, bool],
+                                                          dict[str | None, int]]]:
+    """(edges of ``vi`` that may be virtual, that may be materialized, _most_of's tables)."""
+    holders = bm.holders.get(vi)
+    if holders is None:
+        v = bm.problem.values[vi]
+        holders = bm.holders[vi] = (
+            frozenset(i for i in v.edges if (i, VIRTUAL) in bm.x),
+            frozenset(i for i in v.edges if (i, MATERIALIZED) in bm.x), {})
+    return holders
+
+
+def _most_everywhere(bm: BuiltModel, vi: int) -> dict[str | None, int] | None:
+    """:func:`_most_of` of every segment of ``vi`` when the value alone decides it (no
+    edge, or every edge, may hold it in registers; likewise in its buffer): a segment
+    names some edge of the value (covering or chained), so it is held exactly where one
+    of them may be.  None: it depends on the segment."""
+    v = bm.problem.values[vi]
+    virt, mats, tables = _holder_edges(bm, vi)
+    n = len(v.edges)
+    if v.register is None or not virt:
+        may_v = False
+    elif len(virt) == n:
+        may_v = True
+    else:
+        return None
+    if not mats or len(mats) == n:
+        return _most_table(bm, vi, tables, may_v, bool(mats))
+    return None
 
 
 def _most_of(bm: BuiltModel, vi: int, si: int) -> dict[str | None, int]:
     """The most bytes ``vi`` may hold over segment ``si``, per resource: one of four
     tables of the value (may it be held in registers, in its buffer), built once."""
     v = bm.problem.values[vi]
-    holders = bm.holders.get(vi)
-    if holders is None:
-        holders = bm.holders[vi] = (
-            frozenset(i for i in v.edges if (i, VIRTUAL) in bm.x),
-            frozenset(i for i in v.edges if (i, MATERIALIZED) in bm.x), {})
-    virt, mats, tables = holders
+    virt, mats, tables = _holder_edges(bm, vi)
     seg = v.segments[si]
     may_v = v.register is not None and (not virt.isdisjoint(seg.edges) or any(
         v.chains[ci].edge in virt for ci, _ in seg.chained))
     may_m = not mats.isdisjoint(seg.edges) or any(
         v.chains[ci].edge in mats for ci, _ in seg.chained)
+    return _most_table(bm, vi, tables, may_v, may_m)
+
+
+def _most_table(bm: BuiltModel, vi: int,
+                tables: dict[tuple[bool, bool], dict[str | None, int]], may_v: bool,
+                may_m: bool) -> dict[str | None, int]:
+    v = bm.problem.values[vi]
     out = tables.get((may_v, may_m))
     if out is not None:
         return out
@@ -714,15 +774,17 @@ def _most_of(bm: BuiltModel, vi: int, si: int) -> dict[str | None, int]:
 
 
 def _capacity(bm: BuiltModel, lp: LivePoint, skip: frozenset[str]) -> None:
-    p = bm.problem
-    for (resource, owner), cap in sorted(p.capacities.items()):
+    most: dict[str | None, int] | None = None
+    for (resource, owner), cap in bm.capacity_order:
         if owner != lp.owner or cap is None:
             continue
         name = f"capacity:{resource}@{lp.point}"
-        if name in skip or _most(bm, lp, resource) <= cap:
+        if most is None:
+            most = _most(bm, lp)
+        if name in skip or most.get(resource, 0) <= cap:
             continue
-        out, fixed, most = occupancy_terms(bm, lp, resource)
-        if most <= cap:
+        out, fixed, largest = occupancy_terms(bm, lp, resource)
+        if largest <= cap:
             continue
         bm.capacity_exprs[(resource, lp.point)] = (out, fixed)
         lits = bm.guard(Group(name, "capacity", lp.point, resource))
@@ -891,6 +953,11 @@ def _tie_break(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]], value: 
     moves strictly up) and, without ties, one proof.  When ``deadline`` passes first, the
     current optimum is returned with False.
     """
+    from planner.solve.decompose import tie_break_parts  # it builds on this module
+
+    by_parts = tie_break_parts(bm, terms, first, workers, deadline)
+    if by_parts is not None:
+        return by_parts
     best, proved = lex_greatest(bm.model, terms, tiebreak_order(bm), value, first, workers,
                                 deadline)
     return decode(bm, best), proved

@@ -359,6 +359,10 @@ class Evaluation:
     memory_terms: Terms
     constant: Terms
     occupancy: tuple[Occupancy, ...] = field(default=())
+    #: :func:`~planner.solve.evaluator.held_at_points`' answer, kept for the plan's buffer
+    #: listing (owned by this evaluation: nothing global caches it)
+    held: tuple[tuple[tuple[str, int], list[object]], ...] = field(default=(), compare=False,
+                                                                    repr=False)
 
     @property
     def feasible(self) -> bool:

@@ -1,0 +1,354 @@
+"""Independent parts of a CP-SAT model, each a model of its own.
+
+Two variables belong to one part when some constraint mentions both (its enforcement
+literals included): parts share no variable and no constraint, capacity sums included.
+The objective is a sum of per-variable terms, so the optimum of the whole model is the
+union of its parts' optima, and its lower bound the sum of their bounds.  The lexicographic
+tie-break of :func:`planner.solve.model.tiebreak_order` decomposes too: the greatest
+optimum of a product of parts is the product of each part's greatest optimum over the
+order restricted to it.  Solving parts one by one therefore gives the same plan as the
+whole model, while each search and each optimality proof only sees its own part (CP-SAT
+proves many small bounds much faster than their sum).
+
+:func:`split` walks the model once (union-find over variable indices) and copies every
+part's variables and constraints into a fresh model, remapping indices.  Small parts are
+batched into one model, so a kernel of many tiny independent pieces costs a few searches,
+not thousands.
+
+The planner uses the parts for the tie-break only (:func:`tie_break_parts`, called by
+:func:`planner.solve.model._tie_break`): the search for the optimum stays on the whole
+model, where CP-SAT shares one time budget among the parts by itself.  Splitting the
+search too (:func:`solve_parts`) must guess each part's share up front: on the
+1,000-edge synthetic graph of ``bench/solve.py`` (two large parts) a part that used up
+its share left the other too little (gaps of 0.8 % and 70 % in two runs of 8 s, against
+0.8-1.1 % for the whole model), and on 200 independent softmaxes it was no faster.  The
+tie-break's proof, on the other hand, went from 5.6 s (not finished in 11 s for 200
+softmaxes) to a few milliseconds per part.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from planner.errors import Diagnostic, PlannerError
+from planner.solve.costs import Assignment, evaluate, total
+from planner.solve.model import (
+    BuiltModel,
+    Progress,
+    SolveResult,
+    _solver,
+    decode,
+    fallback_assignment,
+    lex_greatest,
+    objective_terms,
+    tiebreak_order,
+)
+
+#: Components are batched into parts of at least this many variables (fewer searches).
+BATCH_VARS = 2000
+#: Models with fewer variables are solved whole: splitting cannot pay for itself there.
+MIN_SPLIT_VARS = 2 * BATCH_VARS
+
+_LITERAL_KINDS = ("bool_and", "bool_or", "exactly_one", "at_most_one")
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One independent part: its own model, and where the whole model's variables are."""
+
+    model: cp_model.CpModel
+    index: dict[int, int]  # variable index in the whole model -> index in ``model``
+    terms: tuple[tuple[int, int], ...]  # objective (part variable literal, coefficient)
+
+    def literal(self, lit: int) -> cp_model.IntVar:
+        """The part's literal for the whole model's literal index ``lit`` (negated < 0)."""
+        if lit >= 0:
+            return self.model.GetBoolVarFromProtoIndex(self.index[lit])
+        return self.model.GetBoolVarFromProtoIndex(self.index[-lit - 1]).Not()  # type: ignore[return-value]
+
+
+def _var(lit: int) -> int:
+    return lit if lit >= 0 else -lit - 1
+
+
+def _map(index: dict[int, int], lits: Sequence[int]) -> list[int]:
+    return [index[v] if v >= 0 else -index[-v - 1] - 1 for v in lits]
+
+
+def _mentions(c: object) -> list[int] | None:
+    """The variable indices constraint ``c`` mentions; None for a kind not handled."""
+    enforce = list(c.enforcement_literal)  # type: ignore[attr-defined]
+    for kind in _LITERAL_KINDS:
+        if getattr(c, "has_" + kind)():
+            return enforce + list(getattr(c, kind).literals)
+    if c.has_linear():  # type: ignore[attr-defined]
+        return enforce + list(c.linear.vars)  # type: ignore[attr-defined]
+    if c.has_lin_max():  # type: ignore[attr-defined]
+        lm = c.lin_max  # type: ignore[attr-defined]
+        out = enforce + list(lm.target.vars)
+        for e in lm.exprs:
+            out += list(e.vars)
+        return out
+    return None
+
+
+def _find(parent: list[int], a: int) -> int:
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
+          batch: int = BATCH_VARS, min_vars: int = MIN_SPLIT_VARS) -> list[Part] | None:
+    """The independent parts of ``model`` with its objective ``terms`` (literal,
+    coefficient) split among them, its solution hint too; None when it is one part (or
+    has fewer than ``min_vars`` variables, or assumptions, or a constraint kind this
+    module does not copy)."""
+    proto = model.Proto()
+    n = len(proto.variables)
+    if n < min_vars or proto.assumptions or len(proto.search_strategy):
+        return None
+    parent = list(range(n))
+    mentions: list[list[int]] = []
+    for c in proto.constraints:
+        vs = _mentions(c)
+        if vs is None:
+            return None
+        mentions.append(vs)
+        if len(vs) > 1:
+            root = _find(parent, _var(vs[0]))
+            for lit in vs[1:]:
+                other = _find(parent, _var(lit))
+                if other != root:
+                    parent[other] = root
+    roots = [_find(parent, i) for i in range(n)]
+    size: dict[int, int] = {}
+    for r in roots:
+        size[r] = size.get(r, 0) + 1
+    if len(size) == 1:
+        return None
+    group: dict[int, int] = {}  # component root -> part number, in first-variable order
+    filled: list[int] = []
+    for r in roots:
+        if r in group:
+            continue
+        if filled and filled[-1] < batch and size[r] < batch:
+            group[r] = len(filled) - 1
+            filled[-1] += size[r]
+        else:
+            group[r] = len(filled)
+            filled.append(size[r])
+    if len(filled) == 1:
+        return None
+    models = [cp_model.CpModel() for _ in filled]
+    index: list[dict[int, int]] = [{} for _ in filled]
+    for i, r in enumerate(roots):
+        p = group[r]
+        index[p][i] = len(index[p])
+        models[p].Proto().variables.add().copy_from(proto.variables[i])
+    for c, vs in zip(proto.constraints, mentions, strict=True):
+        p = group[roots[_var(vs[0])]] if vs else 0  # a constant one: any part checks it
+        nc = models[p].Proto().constraints.add()
+        nc.copy_from(c)
+        _remap(nc, index[p])
+    hint = proto.solution_hint
+    for v, value in zip(hint.vars, hint.values, strict=True):
+        p = group[roots[v]]
+        models[p].Proto().solution_hint.vars.append(index[p][v])
+        models[p].Proto().solution_hint.values.append(value)
+    parts_terms: list[list[tuple[int, int]]] = [[] for _ in filled]
+    for lit, coeff in terms:
+        i = lit.Index()
+        p = group[roots[_var(i)]]
+        parts_terms[p].append((_map(index[p], [i])[0], coeff))
+    return [Part(m, ix, tuple(t)) for m, ix, t in zip(models, index, parts_terms,
+                                                      strict=True)]
+
+
+def _remap(c: object, index: dict[int, int]) -> None:
+    """Rewrite the variable indices of constraint ``c`` (a copy) into a part's."""
+    enforce = c.enforcement_literal  # type: ignore[attr-defined]
+    if len(enforce):
+        new = _map(index, list(enforce))
+        enforce.clear()
+        enforce.extend(new)
+    for kind in _LITERAL_KINDS:
+        if getattr(c, "has_" + kind)():
+            lits = getattr(c, kind).literals
+            new = _map(index, list(lits))
+            lits.clear()
+            lits.extend(new)
+            return
+    exprs = ([c.linear] if c.has_linear()  # type: ignore[attr-defined]
+             else [c.lin_max.target, *c.lin_max.exprs])  # type: ignore[attr-defined]
+    for e in exprs:
+        new = _map(index, list(e.vars))
+        e.vars.clear()
+        e.vars.extend(new)
+
+
+class _Joint:
+    """The parts' solutions as one: ``BooleanValue`` of a literal of the whole model."""
+
+    def __init__(self, n: int) -> None:
+        self.values = [False] * n
+
+    def take(self, part: Part, solver: cp_model.CpSolver) -> None:
+        solution = list(solver.ResponseProto().solution)
+        for whole, own in part.index.items():
+            self.values[whole] = bool(solution[own])
+
+    def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
+        i = lit.Index()
+        return self.values[i] if i >= 0 else not self.values[-i - 1]
+
+
+class _PartView:
+    """A part's literals read from the whole model's solution (``BooleanValue``)."""
+
+    def __init__(self, part: Part, joint: _Joint) -> None:
+        self.back = {own: whole for whole, own in part.index.items()}
+        self.joint = joint
+
+    def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
+        i = lit.Index()
+        if i >= 0:
+            return self.joint.values[self.back[i]]
+        return not self.joint.values[self.back[-i - 1]]
+
+
+def tie_break_parts(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]],
+                    first: cp_model.CpSolver, workers: int, deadline: float,
+                    batch: int = 1, min_vars: int = MIN_SPLIT_VARS
+                    ) -> tuple[Assignment, bool] | None:
+    """:func:`planner.solve.model._tie_break` part by part: the whole model's proven
+    optimum ``first`` restricted to each part is that part's optimum (the objective is a
+    sum over parts), so each part's greatest optimum over its share of the order is
+    searched, and proved, on the part alone; None when the model is one part.
+
+    The search for the optimum stays on the whole model (one time budget, no share to
+    guess per part); the tie-break's proofs, which otherwise re-prove the whole optimum
+    once more, become one small proof per part (components are not batched here: one
+    proof over two independent components is much harder than the two proofs)."""
+    parts = split(bm.model, terms, batch, min_vars)
+    if parts is None:
+        return None
+    joint = _Joint(0)
+    joint.values = [bool(x) for x in first.ResponseProto().solution]
+    order = _orders(parts, tiebreak_order(bm))
+    proved = True
+    for part in parts:
+        if not order[id(part)]:
+            continue  # nothing the plan reads: any of its optima will do
+        own = [(_literal(part, i), c) for i, c in part.terms]
+        view = _PartView(part, joint)
+        value = sum(c for lit, c in own if view.BooleanValue(lit))
+        winner, ok = lex_greatest(part.model, own, order[id(part)], value, view,  # type: ignore[arg-type]
+                                  workers, deadline)
+        if winner is not view:
+            joint.take(part, winner)
+        proved = proved and ok
+    return decode(bm, joint), proved
+
+
+def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
+                progress: Progress | None = None, deadline: float | None = None,
+                batch: int = BATCH_VARS, min_vars: int = MIN_SPLIT_VARS
+                ) -> SolveResult | None:
+    """:func:`planner.solve.model.solve` part by part (:func:`split`); None when the
+    model is one part.
+
+    Each part's search gets the time left in proportion to its variables (what an early
+    part leaves goes to the later ones); the result is optimal only when every part is
+    proved optimal, and its bound is the sum of the parts' bounds.  Proven parts then go
+    through the tie-break, each within what is left of ``max(1, time_limit_s)``.  A part
+    without a solution makes the whole plan the heuristic's, against the parts' bounds.
+    ``progress`` is called once, with the final objective and bound.
+    """
+    start = time.perf_counter()
+    terms, weight, scale = objective_terms(bm)
+    parts = split(bm.model, terms, batch, min_vars)
+    if parts is None:
+        return None
+    offset = total(bm.problem.constant)
+    end = start + time_limit_s
+    joint = _Joint(len(bm.model.Proto().variables))
+    left_vars = sum(len(p.index) for p in parts)
+    found: list[tuple[Part, list[tuple[cp_model.IntVar, int]], cp_model.CpSolver, int]] = []
+    value = bound = 0
+    optimal = solved = True
+    for part in parts:
+        own = [(_literal(part, i), c) for i, c in part.terms]
+        part.model.Minimize(sum(c * lit for lit, c in own))
+        share = max(0.05, (end - time.perf_counter()) * len(part.index) / left_vars)
+        left_vars -= len(part.index)
+        solver = _solver(share, workers)
+        status = solver.Solve(part.model)
+        if status == cp_model.MODEL_INVALID:
+            raise PlannerError(Diagnostic("internal error: CP-SAT rejected a part of the "
+                                          "planning model: "
+                                          + part.model.Validate()[:500]), kind="internal")
+        if status == cp_model.INFEASIBLE:
+            return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
+        b = solver.BestObjectiveBound()
+        bound += max(0, round(b)) if math.isfinite(b) else 0
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            solved = optimal = False
+            continue
+        optimal = optimal and status == cp_model.OPTIMAL
+        value += round(solver.ObjectiveValue())
+        joint.take(part, solver)
+        found.append((part, own, solver, round(solver.ObjectiveValue())))
+    low = offset + bound // weight * scale
+    if not solved:
+        until = time.perf_counter() + max(5.0, time_limit_s)
+        fallback = fallback_assignment(bm.problem, bm.restrictions,
+                                       deadline=until if deadline is None
+                                       else min(until, deadline))
+        if fallback is None:
+            return SolveResult("unknown", None, 0, 0, time.perf_counter() - start)
+        ev = evaluate(bm.problem, fallback, bm.restrictions)
+        return SolveResult("feasible", fallback, ev.objective, min(low, ev.objective),
+                           time.perf_counter() - start)
+    best = offset + value // weight * scale
+    canonical = False
+    if optimal:
+        until = time.perf_counter() + max(1.0, time_limit_s)
+        until = until if deadline is None else min(until, deadline)
+        order = _orders(parts, tiebreak_order(bm))
+        canonical = True
+        for part, own, solver, v in found:
+            winner, proved = lex_greatest(part.model, own, order[id(part)], v, solver,
+                                          workers, until)
+            joint.take(part, winner)
+            canonical = canonical and proved
+    if progress is not None:
+        progress(best, low, time.perf_counter() - start)
+    return SolveResult("optimal" if optimal else "feasible", decode(bm, joint), best, low,
+                       time.perf_counter() - start, canonical)
+
+
+def _literal(part: Part, lit: int) -> cp_model.IntVar:
+    """The part's literal of part-variable reference ``lit`` (negated when < 0)."""
+    if lit >= 0:
+        return part.model.GetBoolVarFromProtoIndex(lit)
+    return part.model.GetBoolVarFromProtoIndex(-lit - 1).Not()  # type: ignore[return-value]
+
+
+def _orders(parts: list[Part], order: list[cp_model.IntVar]
+            ) -> dict[int, list[cp_model.IntVar]]:
+    """The tie-break ``order`` of the whole model restricted to each part, as its own
+    literals (by ``id`` of the part)."""
+    where = {i: part for part in parts for i in part.index}
+    out: dict[int, list[cp_model.IntVar]] = {id(part): [] for part in parts}
+    for lit in order:
+        i = lit.Index()
+        part = where[i if i >= 0 else -i - 1]
+        out[id(part)].append(part.literal(i))
+    return out

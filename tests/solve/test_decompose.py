@@ -1,0 +1,125 @@
+"""Solving a CP-SAT model part by part (``planner.solve.decompose``) gives the whole
+model's plan: the same optimum, the same lexicographic tie-break, the sum of the bounds."""
+
+from __future__ import annotations
+
+import time
+
+from ortools.sat.python import cp_model
+from planning_support import target
+from test_plan_budget import repeated_softmax
+
+from planner.solve import build_problem, model
+from planner.solve.decompose import _literal, _orders, solve_parts, split, tie_break_parts
+from planner.solve.model import _solver, build_model, lex_greatest, objective_terms, solve
+
+# registers bind at every softmax (4×16 f32 tiles), and the softmaxes share no live range
+BINDINGS = {"M": 100, "N": 16}
+
+
+def _problem(times: int = 3) -> model.Problem:
+    return build_problem(repeated_softmax(times), target("x86-avx2"), BINDINGS)
+
+
+def test_independent_softmaxes_are_independent_parts() -> None:
+    bm = build_model(_problem(3))
+    assert bm.capacity_exprs  # the capacity sums bind, and each stays inside its part
+    terms, _, _ = objective_terms(bm)
+    parts = split(bm.model, terms, batch=1, min_vars=0)
+    assert parts is not None and len(parts) == 3
+    n = len(bm.model.Proto().variables)
+    owners = [i for p in parts for i in p.index]
+    assert sorted(owners) == list(range(n))  # every variable in exactly one part
+    assert sum(len(p.model.Proto().constraints) for p in parts) \
+        == len(bm.model.Proto().constraints)
+    assert sum(len(p.terms) for p in parts) == len(terms)
+
+
+def test_parts_give_the_whole_models_plan_and_objective() -> None:
+    p = _problem(3)
+    whole = solve(build_model(p), time_limit_s=30)
+    parts = solve_parts(build_model(p), time_limit_s=30, batch=1, min_vars=0)
+    assert whole.status == parts.status == "optimal"
+    assert whole.canonical and parts.canonical
+    assert parts.assignment == whole.assignment
+    assert parts.objective == whole.objective == parts.bound == whole.bound
+
+
+def test_bound_is_the_sum_of_the_parts_bounds() -> None:
+    # each part minimized on its own with real CP-SAT: the optima (and so the bounds, all
+    # proved) add up to the objective and bound solve_parts reports
+    p = _problem(2)
+    bm = build_model(p)
+    terms, weight, scale = objective_terms(bm)
+    own_sum = 0
+    for part in split(bm.model, terms, batch=1, min_vars=0) or []:
+        own = [(_literal(part, i), c) for i, c in part.terms]
+        part.model.Minimize(sum(c * lit for lit, c in own))
+        solver = _solver(30, 2)
+        assert solver.Solve(part.model) == cp_model.OPTIMAL
+        own_sum += round(solver.BestObjectiveBound())
+    result = solve_parts(build_model(p), time_limit_s=30, batch=1, min_vars=0)
+    offset = model.total(p.constant)
+    assert result.bound == offset + own_sum // weight * scale == result.objective
+
+
+def test_small_or_connected_models_are_solved_whole() -> None:
+    bm = build_model(_problem(3))
+    terms, _, _ = objective_terms(bm)
+    assert split(bm.model, terms) is None  # under the size worth splitting
+    assert solve_parts(bm) is None
+
+
+def test_tie_break_of_parts_is_the_whole_models() -> None:
+    # two independent exactly-one choices, each a three-way tie; the order interleaves
+    # the parts: the greatest optimum of each part, over its share of the order, makes up
+    # the whole model's greatest optimum
+    m = cp_model.CpModel()
+    a = [m.NewBoolVar(f"a{i}") for i in range(3)]
+    b = [m.NewBoolVar(f"b{i}") for i in range(3)]
+    m.AddExactlyOne(a)
+    m.AddExactlyOne(b)
+    order = [b[2], a[1], b[1], a[0], a[2], b[0]]
+    parts = split(m, [], batch=1, min_vars=0)
+    assert parts is not None and len(parts) == 2
+    orders = _orders(parts, order)
+    got: dict[int, bool] = {}
+    for part in parts:
+        part.model.Minimize(0)
+        s = _solver(5, 1)
+        assert s.Solve(part.model) == cp_model.OPTIMAL
+        best, ok = lex_greatest(part.model, [], orders[id(part)], 0, s, 1,
+                                time.perf_counter() + 10)
+        assert ok
+        for whole, own in part.index.items():
+            got[whole] = best.BooleanValue(part.model.GetBoolVarFromProtoIndex(own))
+    m.Minimize(0)
+    first = _solver(5, 1)
+    assert first.Solve(m) == cp_model.OPTIMAL
+    whole_best, proved = lex_greatest(m, [], order, 0, first, 1, time.perf_counter() + 10)
+    assert proved
+    expected = [whole_best.BooleanValue(lit) for lit in order]
+    assert [got[lit.Index()] for lit in order] == expected == \
+        [True, True, False, False, False, False]
+
+
+def test_tie_break_part_by_part_is_the_whole_models() -> None:
+    # the whole model's proven optimum, then the tie-break: on the whole model, and on
+    # each independent softmax alone (the planner's path for large models)
+    p = _problem(3)
+    bm = build_model(p)
+    terms, _, _ = objective_terms(bm)
+    bm.model.Minimize(sum(c * lit for lit, c in terms))
+    first = _solver(30, 2)
+    assert first.Solve(bm.model) == cp_model.OPTIMAL
+    value = round(first.ObjectiveValue())
+    deadline = time.perf_counter() + 60
+    whole, proved = lex_greatest(bm.model, terms, model.tiebreak_order(bm), value, first, 2,
+                                 deadline)
+    assert proved
+    by_parts = tie_break_parts(bm, terms, first, 2, deadline, min_vars=0)
+    assert by_parts is not None
+    assignment, parts_proved = by_parts
+    assert parts_proved
+    assert assignment == model.decode(bm, whole)
+    assert solve(build_model(p)).assignment == assignment
