@@ -28,6 +28,7 @@ from planner.solve.costs import (
     VIRTUAL,
     Assignment,
     Edge,
+    Evaluation,
     Problem,
     allowed_choices,
     derived_flags,
@@ -105,16 +106,49 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
         choices.append(min(priced)[2] if priced else allowed[-1])
     if not _repair_registers(problem, choices, restrictions):
         return None
-    placement, versions = _placements(problem, tuple(choices))
-    if placement is None:
-        return None
-    for k in ("max", "min"):
-        vers = tuple(v if k == "max" else 1 for v in versions)
-        a = Assignment(tuple(choices), placement, vers,
-                       tuple(m.max_versions if k == "max" else 1 for m in problem.memories))
-        if evaluate(problem, a, restrictions).feasible:
-            return a
+    # The sweep above counts only a segment's own virtual edges; the evaluation also
+    # holds values over chains of guarded segments.  Its register overflows are repaired
+    # the same way (evict the biggest value held there), until it passes or cannot.
+    for _ in range(_EVALUATED_REPAIRS):
+        placement, versions = _placements(problem, tuple(choices))
+        if placement is None:
+            return None
+        ev = None
+        for k in ("max", "min"):
+            vers = tuple(v if k == "max" else 1 for v in versions)
+            a = Assignment(tuple(choices), placement, vers,
+                           tuple(m.max_versions if k == "max" else 1 for m in problem.memories))
+            ev = evaluate(problem, a, restrictions)
+            if ev.feasible:
+                return a
+        if ev is None or not _evict_overflows(problem, ev, choices, restrictions):
+            return None
     return None
+
+
+#: Rounds of evaluation-driven register repair before the heuristic gives up.
+_EVALUATED_REPAIRS = 20
+
+
+def _evict_overflows(problem: Problem, ev: Evaluation, choices: list[Decision],
+                     restrictions: Restrictions | None) -> bool:
+    """At every point where ``ev`` overflows a register resource, move the biggest value
+    with a virtual edge held there out of registers; False when no point changed."""
+    registers = {v.register for v in problem.values if v.register}
+    held = dict(ev.held)
+    changed = False
+    for occ in ev.occupancy:
+        if occ.resource not in registers or occ.capacity is None or occ.bytes <= occ.capacity:
+            continue
+        owners = [h.key[1] for h in held.get((occ.owner, occ.point), ())
+                  if h.resource == occ.resource and h.key[0] == "value"
+                  and isinstance(h.key[1], int)
+                  and any(choices[i] is VIRTUAL for i in problem.values[h.key[1]].edges)]
+        if not owners:
+            continue
+        worst = max(owners, key=lambda i: (problem.values[i].reg_bytes, i))
+        changed = _evict(problem, worst, choices, restrictions) or changed
+    return changed
 
 
 def _repair_registers(problem: Problem, choices: list[Decision],

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.plan.decisions import Decision, register_copy_name
+from planner.solve.dag_memo import memo_postorder
 from planner.solve.problem import (
     CHOICES,
     FUSED,
@@ -176,17 +177,25 @@ class Truth:
 
     def sites(self, vi: int) -> frozenset[int]:
         """The points where value ``vi``'s expression is evaluated."""
-        if vi not in self._sites:
-            v = self.problem.values[vi]
-            out = {v.def_point} if self.home(vi) else set()
-            for i in v.edges:
-                e = self.problem.edges[i]
-                c = self.a.choices[i]
-                if c in INLINING and e.legal(c):  # (an illegal choice is reported anyway)
-                    out |= ({e.consumer_point} if e.consumer_value is None
-                            else self.sites(e.consumer_value))
-            self._sites[vi] = frozenset(out)
-        return self._sites[vi]
+        got = self._sites.get(vi)
+        if got is not None:
+            return got
+
+        def inlined(vj: int) -> list[Edge]:
+            return [e for i in self.problem.values[vj].edges
+                    if (c := self.a.choices[i]) in INLINING
+                    and (e := self.problem.edges[i]).legal(c)]  # (illegal: reported anyway)
+
+        def compute(vj: int) -> frozenset[int]:
+            out = {self.problem.values[vj].def_point} if self.home(vj) else set()
+            for e in inlined(vj):
+                out |= ({e.consumer_point} if e.consumer_value is None
+                        else self._sites[e.consumer_value])
+            return frozenset(out)
+
+        return memo_postorder(vi, lambda vj: [e.consumer_value for e in inlined(vj)
+                                              if e.consumer_value is not None],
+                              compute, self._sites)
 
     def recompute_sites(self, vi: int) -> frozenset[int]:
         """The points where value ``vi``'s chain is re-derived (a recomputed edge)."""

@@ -23,6 +23,7 @@ from planner.ir.expr import product
 from planner.plan.decisions import exchange_name, staging_name
 from planner.realize.temporaries import exchange_home, temporary_home
 from planner.solve.context import Context, eval_int, owner_of, span, tile_shape
+from planner.solve.dag_memo import memo_postorder
 from planner.solve.layouts import align
 from planner.solve.legality import is_elementwise_kind, is_inlinable_kind, recompute_chain
 from planner.solve.problem import (
@@ -130,19 +131,28 @@ class Holding:
                                       or e.legal(RECOMPUTED)]
         return out
 
+    def _inline_consumers(self, vi: int) -> list[int]:
+        return [e.consumer_value for e in self._inline_edges(vi)
+                if e.consumer_value is not None]
+
     def reach(self, vi: int) -> frozenset[int]:
         """Later points where value ``vi`` may be evaluated (inlined into consumers)."""
-        if vi not in self._reach:
+        got = self._reach.get(vi)
+        if got is not None:
+            return got
+
+        def compute(vj: int) -> frozenset[int]:
             out: set[int] = set()
-            for e in self._inline_edges(vi):
+            for e in self._inline_edges(vj):
                 if e.consumer_value is None:
                     out.add(e.consumer_point)
                     continue
                 if self.can_home(e.consumer_value):
                     out.add(self.values[e.consumer_value].def_point)
-                out |= self.reach(e.consumer_value)
-            self._reach[vi] = frozenset(out)
-        return self._reach[vi]
+                out |= self._reach[e.consumer_value]
+            return frozenset(out)
+
+        return memo_postorder(vi, self._inline_consumers, compute, self._reach)
 
     def aligned_to(self, vi: int, site: int) -> bool:
         """Whether every inlining path from ``vi`` to ``site`` reads element for element."""
@@ -152,10 +162,13 @@ class Holding:
         """The sites some inlining path from ``vi`` reaches through a hop that does not
         read element for element (a consumer's own point, or a later one it may be
         evaluated at)."""
-        out = self._misaligned_at.get(vi)
-        if out is None:
+        got = self._misaligned_at.get(vi)
+        if got is not None:
+            return got
+
+        def compute(vj: int) -> frozenset[int]:
             bad: set[int] = set()
-            for e in self._inline_edges(vi):
+            for e in self._inline_edges(vj):
                 if e.consumer_value is None:
                     if not e.aligned:
                         bad.add(e.consumer_point)
@@ -166,9 +179,11 @@ class Holding:
                     bad.add(c.def_point)
                     bad |= reach
                 else:
-                    bad |= self._misaligned(c.index) & reach
-            out = self._misaligned_at[vi] = frozenset(bad)
-        return out
+                    bad |= self._misaligned_at[c.index] & reach
+            return frozenset(bad)
+
+        self.reach(vi)  # memoized below vi first, so compute() never recurses deeply
+        return memo_postorder(vi, self._inline_consumers, compute, self._misaligned_at)
 
     def _pingpong(self, c: _Carry) -> int:
         return self.guard("pingpong", c.value, c.yielded, c.late)

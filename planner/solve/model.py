@@ -79,6 +79,7 @@ from planner.solve.costs import (
     segment_live,
     total,
 )
+from planner.solve.dag_memo import memo_postorder
 from planner.solve.problem import OutOfTime as OutOfTime  # the planner catches it
 from planner.solve.problem import check_deadline
 
@@ -464,31 +465,41 @@ def _home(bm: BuiltModel, vi: int) -> Cond:
 
 def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
     """Value ``vi`` is evaluated at ``point`` (at home, or inlined into a consumer there)."""
-    key = ("site", vi, point)
-    if key in bm.conditions:
-        return bm.conditions[key]
+    got = bm.conditions.get(("site", vi, point))
+    if got is not None:
+        return got
     p = bm.problem
-    v = p.values[vi]
-    if point == v.def_point:
-        out = _home(bm, vi)
-    else:
+
+    def inlinable(vj: int) -> list[tuple[int, Edge]]:
+        return [(i, p.edges[i]) for i in p.values[vj].edges
+                if (i, FUSED) in bm.x or (i, RECOMPUTED) in bm.x]
+
+    def later(key: tuple[str, int, int]) -> list[tuple[str, int, int]]:
+        _, vj, pt = key
+        if pt == p.values[vj].def_point:
+            return []
+        return [("site", t.index, pt) for _, e in inlinable(vj)
+                if e.consumer_value is not None
+                and (pt == (t := p.values[e.consumer_value]).def_point or pt in t.sites)]
+
+    def compute(key: tuple[str, int, int]) -> Cond:
+        _, vj, pt = key
+        if pt == p.values[vj].def_point:
+            return _home(bm, vj)
         parts: list[Cond] = []
-        for i in v.edges:
-            e = p.edges[i]
-            if (i, FUSED) not in bm.x and (i, RECOMPUTED) not in bm.x:
-                continue
+        for i, e in inlinable(vj):
             if e.consumer_value is None:
-                there: Cond = e.consumer_point == point
+                there: Cond = e.consumer_point == pt
             else:
                 t = p.values[e.consumer_value]
-                there = _site(bm, t.index, point) if (point == t.def_point
-                                                      or point in t.sites) else False
+                there = bm.conditions[("site", t.index, pt)] if (
+                    pt == t.def_point or pt in t.sites) else False
             for c in (FUSED, RECOMPUTED):
                 if (i, c) in bm.x and e.legal(c):
-                    parts.append(_conjunction(bm, ("via", i, c, point), [bm.x[(i, c)], there]))
-        out = _disjunction(bm, key, parts)
-    bm.conditions[key] = out
-    return out
+                    parts.append(_conjunction(bm, ("via", i, c, pt), [bm.x[(i, c)], there]))
+        return _disjunction(bm, key, parts)
+
+    return memo_postorder(("site", vi, point), later, compute, bm.conditions)
 
 
 def _recompute(bm: BuiltModel, vi: int, point: int) -> Cond:
