@@ -8,7 +8,8 @@ Verification order (each step sees only what the previous ones accepted):
    (unknown keys with a suggestion, missing keys, byte sizes, enums).
 3. Names and references: duplicates, parents, cycles and the single root of the scope
    tree, resource classes, instance scopes, sync scopes, and each ``access`` entry's
-   scope, resource and operations (which the resource must support); each scope's
+   scope, resource and operations (which the resource must support) and its
+   ``mma_operands`` (operands of tile.mma, with ``mma_read`` granted); each scope's
    ``executes`` entries (known op classes, none listed twice nor by two scopes); an llvm-cpu
    target's ``cpu`` section (present, a real CPU name, no feature twice).
 4. Only if no diagnostic was recorded: build the frozen model.
@@ -33,6 +34,7 @@ from planner.catalog.model import (
     CopyMode,
     CostModel,
     CpuIsa,
+    MmaOperand,
     OpClass,
     Operation,
     Resource,
@@ -380,6 +382,34 @@ class _Checker:
             elif _valid(pair[0]) and _valid(pair[1]):
                 first[pair] = rule
             self._check_supported(rule)
+            self._check_mma_operands(rule)
+
+    def _check_mma_operands(self, rule: Parsed) -> None:
+        """Rule S20: ``mma_operands`` names tile.mma operands, each once, and qualifies an
+        entry that grants ``mma_read`` (it says which operands that read may be)."""
+        names = rule["mma_operands"]
+        if not isinstance(names, ParsedList):
+            return
+        where = f"the access entry of scope {rule['scope']!r} on resource {rule['resource']!r}"
+        known = [o.value for o in MmaOperand]
+        seen: set[object] = set()
+        for i, (name, loc) in enumerate(zip(names.items, names.locs, strict=True)):
+            if name is INVALID:
+                continue
+            path = f"{names.path}[{i}]"
+            if name not in known:
+                self.ctx.error(loc, path, f"{where} lists mma operand {name!r}, which is not "
+                                          f"a tile.mma operand{did_you_mean(str(name), known)}"
+                                          "; c names the accumulator", rule="S20")
+            elif name in seen:
+                self.ctx.error(loc, path, f"{where} lists mma operand {name!r} twice",
+                               rule="S20")
+            seen.add(name)
+        ops = rule["operations"]
+        if isinstance(ops, ParsedList) and Operation.MMA_READ not in ops.items:
+            self.ctx.error(rule.at("mma_operands"), rule.path_of("mma_operands"),
+                           f"{where} lists mma_operands but does not grant 'mma_read' "
+                           "(they say which operands the mma may read in place)", rule="S20")
 
     def _check_supported(self, rule: Parsed) -> None:
         res, ops = self.resources.get(rule["resource"]), rule["operations"]
@@ -407,8 +437,7 @@ def _build(top: Parsed, filename: str, content_hash: str) -> Target:
         scopes=tuple(_scope(s) for s in _objects(top["scopes"])),
         default_parallel_scope=top["default_parallel_scope"],
         resources=tuple(_resource(r) for r in _objects(top["resources"])),
-        access=tuple(AccessRule(a["scope"], a["resource"], frozenset(a["operations"].items),
-                                a.loc) for a in _objects(top["access"])),
+        access=tuple(_access(a) for a in _objects(top["access"])),
         costs=_costs(top["costs"]),
         classes=tuple(ResourceClassDecl(c["name"], c["description"], c.loc)
                       for c in _objects(top["classes"])),
@@ -448,6 +477,13 @@ def _resource(r: Parsed) -> Resource:
         description=r["description"],
         loc=r.loc,
     )
+
+
+def _access(a: Parsed) -> AccessRule:
+    operands = a["mma_operands"]
+    return AccessRule(a["scope"], a["resource"], frozenset(a["operations"].items), a.loc,
+                      frozenset(MmaOperand(o) for o in _items(operands)) if operands
+                      else frozenset(MmaOperand))
 
 
 def _copy_engine(e: Parsed) -> CopyEngine:

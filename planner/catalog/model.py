@@ -52,6 +52,15 @@ class Operation(StrEnum):
     COPY_ASYNC = "copy_async"  # source or destination of an asynchronous copy engine
 
 
+class MmaOperand(StrEnum):
+    """An operand of ``tile.mma`` (``c + a @ b``), in the op's operand order; an access
+    entry's ``mma_operands`` says which of them the mma may read in place (``mma_read``)."""
+
+    A = "a"
+    B = "b"
+    C = "c"  # the accumulator (tile.mma's ``acc``; D in the vendors' manuals)
+
+
 class Coherence(StrEnum):
     """When a write by one accessor becomes visible to the others (S21)."""
 
@@ -167,12 +176,14 @@ class Resource:
 
 @dataclass(frozen=True, slots=True)
 class AccessRule:
-    """Members of ``scope`` may apply ``operations`` to ``resource``."""
+    """Members of ``scope`` may apply ``operations`` to ``resource``; with ``mma_read``,
+    the mma reads in place only the operands in ``mma_operands`` (default: every one)."""
 
     scope: str
     resource: str
     operations: frozenset[Operation]
     loc: SourceLoc = field(default=UNKNOWN_LOC, compare=False)
+    mma_operands: frozenset[MmaOperand] = frozenset(MmaOperand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,12 +270,16 @@ class Target:
     _resources: dict[str, Resource] = field(init=False, repr=False, compare=False)
     _access: frozenset[tuple[str, str, Operation]] = field(init=False, repr=False,
                                                            compare=False)
+    _mma_operands: dict[tuple[str, str], frozenset[MmaOperand]] = field(
+        init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_scopes", {s.name: s for s in self.scopes})
         object.__setattr__(self, "_resources", {r.name: r for r in self.resources})
         object.__setattr__(self, "_access", frozenset(
             (a.scope, a.resource, op) for a in self.access for op in a.operations))
+        object.__setattr__(self, "_mma_operands", {
+            (a.scope, a.resource): a.mma_operands for a in self.access})
 
     # -- lookups -------------------------------------------------------------------
     def scope(self, name: str) -> Scope:
@@ -297,6 +312,19 @@ class Target:
         self.scope(scope)
         self.resource(resource)
         return (scope, resource, Operation(op)) in self._access
+
+    def mma_operand_allowed(self, scope: str, resource: str,
+                            operand: MmaOperand | str) -> bool:
+        """Whether the mma of ``scope`` may read ``operand`` in place from ``resource``:
+        ``mma_read`` is allowed there and the entry's ``mma_operands`` list it."""
+        if not self.can_access(scope, resource, Operation.MMA_READ):
+            return False
+        return MmaOperand(operand) in self._mma_operands[(scope, resource)]
+
+    def mma_operands(self, scope: str, resource: str) -> tuple[MmaOperand, ...]:
+        """The operands the mma of ``scope`` may read in place from ``resource``, in
+        tile.mma's operand order (none without ``mma_read``)."""
+        return tuple(o for o in MmaOperand if self.mma_operand_allowed(scope, resource, o))
 
     def copy_engines_for(self, scope: str, source: str, destination: str
                          ) -> tuple[CopyEngine, ...]:

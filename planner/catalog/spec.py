@@ -19,7 +19,7 @@ from enum import Enum
 
 import yaml
 
-from planner.catalog.model import Backend, Coherence, CopyMode, OpClass, Operation
+from planner.catalog.model import Backend, Coherence, CopyMode, MmaOperand, OpClass, Operation
 from planner.catalog.units import BYTE_SIZE_PATTERN, ByteSizeError, parse_byte_size
 from planner.errors import Diagnostic, SourceLoc
 
@@ -493,6 +493,9 @@ ACCESS = ObjectSpec("Access", "members of a scope may apply operations to a reso
     Key("scope", NAME, "the executing scope"),
     Key("resource", NAME, "the resource"),
     Key("operations", OPERATIONS, "the operations allowed"),
+    Key("mma_operands", ListOf(NameOf(MmaOperand, "mma operand"), min_items=1),
+        "with mma_read: the tile.mma operands (a, b, c: the accumulator) the mma may read "
+        "in place from the resource; absent: every operand", required=False),
 ))
 
 COPY_ENGINE = ObjectSpec("CopyEngine", "an engine that performs memory.copy_async", (

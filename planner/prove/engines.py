@@ -19,7 +19,10 @@ any other ``memory.load``                         ``read``, ``copy_async``
 whose every use is a memory.store
 ===============================================  ==========================
 
-The plain operation comes first, so wherever it is allowed nothing changes.  An
+The plain operation comes first, so wherever it is allowed nothing changes.  An in-place
+``mma_read`` also needs every tile.mma operand the snapshot feeds to be one the access
+entry's ``mma_operands`` lists (:meth:`Target.mma_operand_allowed`; on ``nvidia-b200``
+tensor memory holds A and the accumulator, never B): :func:`refused_operands`.  An
 ``auto_`` Memory's homes are still chosen by plain operations (the execution binding's
 rule): the engine alternatives serve a Memory whose class the user chose, where the
 plain access would otherwise be refused.
@@ -28,19 +31,21 @@ plain access would otherwise be refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from planner.catalog import Operation, Target
+from planner.catalog import MmaOperand, Operation, Target
 from planner.ir import core
 from planner.realize.binding import MemoryAccess
 
 
 @dataclass(frozen=True, slots=True)
 class Uses:
-    """Which values are mma results, and the op kinds that use each value."""
+    """Which values are mma results, the op kinds that use each value, and the tile.mma
+    operands each value is."""
 
     mma_results: frozenset[int]
     users: Mapping[int, frozenset[type]]
+    mma_operands: Mapping[int, frozenset[MmaOperand]] = field(default_factory=dict)
 
     def only(self, value: core.Value, kind: type) -> bool:
         """Whether ``value`` has uses and every one of them is a ``kind`` op."""
@@ -51,12 +56,27 @@ class Uses:
 def kernel_uses(kernel: core.Kernel) -> Uses:
     results: set[int] = set()
     users: dict[int, set[type]] = {}
+    slots: dict[int, set[MmaOperand]] = {}
     for op in kernel.walk():
         if isinstance(op, core.MmaOp):
             results.update(id(r) for r in op.results)
+            for v, operand in zip((op.a, op.b, op.acc), MmaOperand, strict=True):
+                slots.setdefault(id(v), set()).add(operand)
         for v in op.operands():
             users.setdefault(id(v), set()).add(type(op))
-    return Uses(frozenset(results), {k: frozenset(v) for k, v in users.items()})
+    return Uses(frozenset(results), {k: frozenset(v) for k, v in users.items()},
+                {k: frozenset(v) for k, v in slots.items()})
+
+
+def refused_operands(op: core.Op, scope: str, uses: Uses, target: Target, resource: str
+                     ) -> tuple[MmaOperand, ...]:
+    """The tile.mma operands a ``memory.load`` feeds that the mma of ``scope`` may not read
+    in place from ``resource`` (tile.mma's operand order); empty for any other op."""
+    if not isinstance(op, core.MemLoadOp):
+        return ()
+    fed = uses.mma_operands.get(id(op.result), frozenset())
+    return tuple(o for o in MmaOperand if o in fed
+                 and not target.mma_operand_allowed(scope, resource, o))
 
 
 def alternatives(acc: MemoryAccess, uses: Uses) -> tuple[Operation, ...]:

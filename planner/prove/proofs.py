@@ -443,9 +443,12 @@ class _Prover:
                 note = acc.note
                 if note and not isinstance(acc.op, core.CopyAsyncOp):
                     in_place = self.target.can_access(acc.scope, a.resource.name,
-                                                      Operation.MMA_READ)
+                                                      Operation.MMA_READ) and not \
+                        engines.refused_operands(acc.op, acc.scope, self.uses, self.target,
+                                                 a.resource.name)
                     note += f"; mma_read is {'' if in_place else 'not '}allowed here"
-                self.memory_access_result(subject, acc, a.resource, note, started)
+                self.memory_access_result(subject, acc, a.resource, note, started,
+                                          f"%{a.name}")
 
     def staged_result(self, subject: str, staged: StagedTransfer, glob: Resource,
                       operation: Operation, started: float) -> None:
@@ -474,12 +477,26 @@ class _Prover:
                  None, staged.op.loc, "S20", started)
 
     def memory_access_result(self, subject: str, acc: _Access, res: Resource, note: str,
-                             started: float) -> None:
+                             started: float, memory: str = "") -> None:
         """A Memory access, performed by the first alternative the target allows: the
-        plain operation, else the engine's (an in-place mma or an asynchronous copy)."""
+        plain operation, else the engine's (an in-place mma or an asynchronous copy; an
+        in-place mma_read only of the operands the catalog lets the mma read there)."""
         alts = acc.alternatives or (acc.operation,)
         chosen = next((o for o in alts if self.target.can_access(acc.scope, res.name, o)),
                       None)
+        refused = engines.refused_operands(acc.op, acc.scope, self.uses, self.target,
+                                           res.name) if chosen == Operation.MMA_READ else ()
+        if refused:
+            allowed = self.target.mma_operands(acc.scope, res.name)
+            many = len(refused) > 1
+            self.add("can_access", f"{subject} at {acc.scope} → {res.name} ({chosen})",
+                     REFUTED, f"tile.mma operand{'s' if many else ''} {', '.join(refused)} "
+                     f"read{'' if many else 's'} {memory or subject} in {res.name} in "
+                     f"place: target {self.target.name} lets mma read only "
+                     f"operand{'s' if len(allowed) > 1 else ''} {', '.join(allowed)} there "
+                     f"(and {acc.scope} may not {acc.operation} it)",
+                     None, acc.op.loc, "S20", started)
+            return
         if chosen is None or chosen == acc.operation:
             tried = "" if len(alts) < 2 else (
                 f"; no alternative either: {', '.join(str(o) for o in alts[1:])} "

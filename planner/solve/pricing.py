@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from planner.catalog import Operation
+from planner.catalog import MmaOperand, Operation, Resource
 from planner.ir import core
 from planner.ir.graph import edge_id
 from planner.plan.decisions import Decision, Policy
@@ -70,10 +70,17 @@ def _writer_ops(kind: str) -> tuple[Operation, ...]:
     return (Operation.WRITE,)
 
 
-def _reader_ops(kind: str) -> tuple[Operation, ...]:
-    if kind == "tile.mma":
-        return (Operation.MMA_READ, Operation.READ)
-    return (Operation.READ,)
+def _readable(ctx: Context, r: Resource, unit: str, e: Edge) -> bool:
+    """Whether ``unit`` (or a member of its subtree) may read a placement in ``r`` for the
+    consumer of ``e``: a plain ``read``, or for tile.mma an in-place ``mma_read`` of that
+    operand, which the catalog's ``mma_operands`` may restrict (B200: not b from tmem)."""
+    if ctx.accessible(r, unit, (Operation.READ,)):
+        return True
+    if e.consumer_kind != "tile.mma" or not r.supports(Operation.MMA_READ):
+        return False
+    operand = tuple(MmaOperand)[e.operand]
+    return any(ctx.target.mma_operand_allowed(m, r.name, operand)
+               for m in ctx.fig.subtree(unit))
 
 
 def _unit(ctx: Context, d: Mapping[str, object], scope: str) -> str:
@@ -226,9 +233,11 @@ def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
     why: list[str] = []
     for p in v.placements:
         r = ctx.target.resource(p.resource)
-        if not ctx.accessible(r, _unit(ctx, cd, cscope), _reader_ops(e.consumer_kind)):
+        if not _readable(ctx, r, _unit(ctx, cd, cscope), e):
             reads.append(None)
-            why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}")
+            why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}"
+                       + (f" operand {tuple(MmaOperand)[e.operand]}"
+                          if e.consumer_kind == "tile.mma" else ""))
             continue
         base = fig.traffic_cycles(e.bytes, r, cscope)
         degree = 1

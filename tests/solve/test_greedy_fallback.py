@@ -9,12 +9,12 @@ time-limited plan fail with "no plan" instead of answering with its gap.
 from __future__ import annotations
 
 import pytest
-from tests.bench_modules import load_bench
 
 from planner.catalog import CatalogRegistry
 from planner.solve.baselines import greedy_assignment
 from planner.solve.build import build_problem
 from planner.solve.costs import VIRTUAL, evaluate
+from tests.bench_modules import load_bench
 
 
 @pytest.mark.parametrize("edges", [100, 300])

@@ -44,10 +44,9 @@ def test_memo_postorder_refuses_a_cycle() -> None:
 
 
 def test_reach_of_a_chain_longer_than_the_recursion_limit(monkeypatch) -> None:
-    from tests.bench_modules import load_bench
-
     from planner.catalog import CatalogRegistry
     from planner.solve.build import build_problem
+    from tests.bench_modules import load_bench
 
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(400)  # a 250-exp chain is then deeper than the limit

@@ -119,10 +119,12 @@ def test_tensor_accumulator_refused_on_h100_naming_rule_resource_and_operations(
 
 def test_tensor_accumulator_refused_where_the_mma_cannot_read_tensor_memory():
     text = (CATALOGS / "nvidia-b200.yaml").read_text()
-    line = "  - {scope: block, resource: tmem, operations: [mma_read, mma_write, copy_async]}"
+    line = ("  - {scope: block, resource: tmem, operations: [mma_read, mma_write, copy_async], "
+            "mma_operands: [a, c]}")
     assert line in text
+    without = line.replace("mma_read, ", "").replace(", mma_operands: [a, c]", "")
     variant = load_target_text(
-        text.replace(line, line.replace("mma_read, ", "")).replace(
+        text.replace(line, without).replace(
             "name: nvidia-b200", "name: b200-no-tmem-mma-read"), "b200-no-tmem-mma-read.yaml")
     ex = gpu_kernel("tensor_acc_gemm")
     refuted = prove_kernel(ex.kernel, variant, ex.bindings).refuted
