@@ -437,7 +437,58 @@ def bench_manual(sizes: list[int], reps: int) -> str:
     return table(("n", "tiles", "threads", "gemm ms", "manual ms", "manual / gemm"), rows)
 
 
-SECTIONS = ("gemm", "elementwise", "edges", "plans", "copies", "manual")
+# --------------------------------------------------------------------------- overhead
+
+
+def per_call_us(f: Callable[[], object], calls: int = 10000, reps: int = 5) -> float:
+    """Median over ``reps`` loops of ``calls`` calls of ``f``: microseconds per call."""
+    for _ in range(calls // 10):
+        f()
+    loops = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            f()
+        loops.append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return statistics.median(loops)
+
+
+def bench_overhead(reps: int) -> str:
+    """Fixed cost of a call: tiny planned kernels (softmax 1x8, gelu N=1) on 1 and 2
+    threads against a plain numpy add and, if numba imports, an njit kernel of the
+    same signature, interleaved."""
+    x, y = np.ones((1, 8), np.float32), np.empty((1, 8), np.float32)
+    g, gy = np.ones(1, np.float32), np.empty(1, np.float32)
+    sm = softmax.make_softmax(softmax.SoftmaxConfig(block_m=4))
+    ge = gelu.make_gelu(gelu.GeluConfig(block=4096))
+    csm = compile_kernel(sm, plan_kernel(sm, TARGET, {"M": 1, "N": 8}), TARGET)
+    cge = compile_kernel(ge, plan_kernel(ge, TARGET, {"N": 1}), TARGET)
+    variants: dict[str, Callable[[], object]] = {"numpy add 1 elem":
+                                                 lambda: np.add(g, g, out=gy)}
+    try:
+        import numba
+
+        @numba.njit(cache=False)
+        def nb_gelu(a: np.ndarray, out: np.ndarray) -> None:
+            for i in range(a.shape[0]):
+                out[i] = 0.5 * a[i]
+
+        nb_gelu(g, gy)
+        variants["numba njit 1 elem"] = lambda: nb_gelu(g, gy)
+    except ImportError:
+        pass
+    for th in THREADS:
+        variants[f"planner softmax 1x8 {th}t"] = lambda th=th: csm(X=x, Y=y, threads=th)
+        variants[f"planner gelu N=1 {th}t"] = lambda th=th: cge(X=g, Y=gy, threads=th)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(reps):
+        for k in (list(variants) if r % 2 == 0 else reversed(list(variants))):
+            times[k].append(per_call_us(variants[k]))
+    return table(("call", "us per call (median)"),
+                 [(k, f"{statistics.median(v):.2f}") for k, v in times.items()])
+
+
+SECTIONS = ("gemm", "elementwise", "edges", "plans", "copies", "manual", "overhead")
 
 
 def main() -> None:
@@ -475,6 +526,8 @@ def main() -> None:
     if "copies" in only:
         print("Asynchronous copies: the manual GEMM staged by stores vs by copy_async\n"
               + bench_copies(max(reps, 9)) + "\n")
+    if "overhead" in only:
+        print("Per-call overhead (loops of 10,000 calls)\n" + bench_overhead(reps) + "\n")
     if "manual" in only:
         print("Manual GEMM (As/Bs packed from the views) vs the plain GEMM, same tiles\n"
               + bench_manual([512] if args.quick else [512, 1024], max(reps, 9)))

@@ -30,6 +30,14 @@ turn as they finish, so cheap edge instances do not leave a thread idle; each wo
 its own arena for instance-local buffers.  ctypes releases the GIL for the duration of a
 call, so the workers run concurrently.  Every instance computes the same way whatever
 the split, so 1-thread and n-thread results are bit-identical.
+
+Steady-state calls.  A checked call leaves a fast plan per call signature (shapes,
+strides, dtypes, writeability, bindings): the context block of the native gate
+(:mod:`planner.lower.cpu.callgate`), which re-checks the arrays' fields and runs every
+segment inline in one ctypes call when no segment is split across workers; any
+difference (or a concurrent call holding the reusable arenas) falls back to the checked
+path, with its errors.  The worker pools are shared, parked between calls, joined at
+exit or by :func:`shutdown_workers`, and forgotten in a forked child.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
+from planner.lower.cpu import callgate
 from planner.lower.cpu.abi import ModuleInfo
 from planner.lower.cpu.codegen import emit_program
 from planner.lower.cpu.config import MMA_WORK_SYMBOL, CodegenConfig
@@ -69,7 +78,7 @@ from planner.plan.decisions import MaterializationPlan
 from planner.realize.storage import align
 
 __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_cache",
-           "host_refusal"]
+           "host_refusal", "shutdown_workers", "worker_threads"]
 
 _INPUT = "invalid-input"
 _CODEGEN_VERSION = "cpu-5"
@@ -137,6 +146,33 @@ def _pool(workers: int) -> ThreadPoolExecutor:
             pool = pools[workers] = ThreadPoolExecutor(
                 max_workers=workers, thread_name_prefix=f"planner-cpu{workers}")
         return pool
+
+
+def worker_threads() -> int:
+    """How many worker threads the shared pools have started (and not stopped)."""
+    with _state_lock:
+        return sum(len(p._threads) for p in _state.get("pools", {}).values())
+
+
+def shutdown_workers() -> None:
+    """Stop and join every worker thread; the next split segment starts them again.
+    (At interpreter exit the pools' threads are joined by ``concurrent.futures``.)"""
+    with _state_lock:
+        pools = _state.pop("pools", {})
+    for pool in pools.values():
+        pool.shutdown(wait=True)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: forget their pools (and a lock
+    another thread may have held at the fork) so the child starts its own."""
+    global _state_lock
+    _state_lock = threading.Lock()
+    _state.pop("pools", None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _machine_threads() -> int:
@@ -265,6 +301,16 @@ class CompiledKernel:
         self._arena_lock = threading.Lock()
         self._arenas: list[np.ndarray] = []  # reused by calls that do not overlap
         self._global = _aligned(0)
+        # the native fast path (planner.lower.cpu.callgate): the gate, the segment
+        # addresses, the fast plan per call signature and the one tried first, and the
+        # reusable arenas' (address, bytes) of worker 0 and of the global arena
+        self._gate = (callgate.gate(len(prog.params)) if code.refusal is None and code.functions
+                      else None)
+        self._fn_addrs = ([code.module.address(n) for n in code.info.functions]
+                          if self._gate is not None else [])
+        self._fasts: dict[tuple[object, ...], _FastCall] = {}
+        self._last: _FastCall | None = None
+        self._arena_cap = (0, 0, 0, 0)
 
     @property
     def loop_program(self) -> LoopProgram:
@@ -314,12 +360,46 @@ class CompiledKernel:
     def __call__(self, arrays: Mapping[str, np.ndarray] | None = None, /, *,
                  bindings: Mapping[str, int] | None = None, threads: int | None = None,
                  **named: np.ndarray) -> dict[str, np.ndarray]:
-        given = dict(arrays or {})
-        given.update(named)
+        given = named if arrays is None else ({**arrays, **named} if named else arrays)
         return self.run(given, bindings, threads)
 
     def run(self, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int] | None = None,
             threads: int | None = None) -> dict[str, np.ndarray]:
+        fast = self._last
+        if fast is not None:
+            got = self._run_fast(fast, arrays, bindings, threads)
+            if got is not None:
+                return got
+        return self._run_checked(arrays, bindings, threads)
+
+    def _run_fast(self, fast: _FastCall, arrays: Mapping[str, np.ndarray],
+                  bindings: Mapping[str, int] | None, threads: int | None
+                  ) -> dict[str, np.ndarray] | None:
+        """Run a call with the signature of ``fast`` natively (the gate checks the
+        arrays); None when it does not apply (the caller takes the checked path)."""
+        if (len(arrays) != fast.given or (bindings or None) != fast.bindings
+                or not (fast.inline or (self.threads if threads is None else threads) <= 1)):
+            return None
+        try:
+            objs = [arrays[name] if alloc is None else np.zeros(*alloc)
+                    for name, alloc in fast.params]
+        except KeyError:
+            return None
+        if not self._arena_lock.acquire(blocking=False):
+            return None  # a concurrent call holds the arenas: the checked path makes its own
+        try:
+            worker, worker_bytes, glob, glob_bytes = self._arena_cap
+            if fast.worker > worker_bytes or fast.glob > glob_bytes:
+                return None
+            if self._gate(fast.ctx_addr, worker, glob, *map(id, objs)):
+                return None
+        finally:
+            self._arena_lock.release()
+        return {name: objs[i] for name, i in fast.outputs}
+
+    def _run_checked(self, arrays: Mapping[str, np.ndarray],
+                     bindings: Mapping[str, int] | None = None, threads: int | None = None
+                     ) -> dict[str, np.ndarray]:
         prog = self._code.program
         if self._code.refusal is not None:
             raise error(self._code.refusal, kind="unsupported")
@@ -339,6 +419,9 @@ class CompiledKernel:
                 if not p.readonly:
                     outputs[p.name] = a
             self._execute(env, syms, views, strides, nthreads, prep)
+            self._last = self._fasts.get(key)
+            if self._last is not None:
+                self._last.inline = _all_inline(prep)
             return outputs
         arrays = self._complete(dict(arrays), bindings)
         env = bind_symbols(self.kernel, arrays, bindings)
@@ -357,7 +440,35 @@ class CompiledKernel:
             self._calls[key] = (env, syms, strides, {
                 p.name: (arrays[p.name].shape, arrays[p.name].dtype)
                 for p in prog.params if p.name not in given_names}, prep)
+            self._last = self._fast_call(key, arrays, bindings, env, syms, strides, prep)
         return outputs
+
+    def _fast_call(self, key: tuple[object, ...], arrays: Mapping[str, np.ndarray],
+                   bindings: Mapping[str, int] | None, env: Mapping[str, int],
+                   syms: np.ndarray, strides: np.ndarray, prep: tuple[Any, ...]
+                   ) -> _FastCall | None:
+        """The fast plan of a checked call with signature ``key`` (None: no gate)."""
+        if self._gate is None:
+            return None
+        prog = self._code.program
+        worker, glob, table = self._layout(env, tuple(int(v) for v in syms))
+        given = {k for k, _ in key[0]}
+        objs = [arrays[p.name] for p in prog.params]
+        segs = [(fn, n) for fn, n in zip(self._fn_addrs, prep[3], strict=True) if n > 0]
+        ctx = callgate.context_block(objs, [not p.readonly for p in prog.params],
+                                     _addr(syms), _addr(strides), _addr(table), segs)
+        fast = _FastCall(
+            ctx=ctx, ctx_addr=_addr(ctx), given=len(given),
+            bindings=dict(bindings) if bindings else None,
+            params=tuple((p.name, None if p.name in given else (a.shape, a.dtype))
+                         for p, a in zip(prog.params, objs, strict=True)),
+            outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
+            worker=worker, glob=glob, inline=_all_inline(prep),
+            keep=(syms, strides, table, tuple(a.dtype for a in objs)))
+        if len(self._fasts) > 64:
+            self._fasts.clear()
+        self._fasts[key] = fast
+        return fast
 
     def _complete(self, arrays: dict[str, Any], bindings: Mapping[str, int] | None
                   ) -> dict[str, Any]:
@@ -479,6 +590,8 @@ class CompiledKernel:
                 if self._global.nbytes < global_size:
                     self._global = _aligned(global_size)
                 arenas, garena = self._arenas, self._global
+                self._arena_cap = (_addr(arenas[0]), arenas[0].nbytes, _addr(garena),
+                                   garena.nbytes)
             else:
                 arenas = [_aligned(worker_size) for _ in range(chunks_max)]
                 garena = _aligned(global_size)
@@ -526,6 +639,28 @@ def _run_segment(fn: Any, n: int, chunks: int, base: tuple[int, ...],
     finally:
         for f in futures:
             f.result()
+
+
+@dataclass(slots=True)
+class _FastCall:
+    """What a steady-state call with one signature needs (see ``CompiledKernel._run_fast``)."""
+
+    ctx: np.ndarray  # the gate's context block (planner.lower.cpu.callgate)
+    ctx_addr: int
+    given: int  # how many arrays the call passes
+    bindings: dict[str, int] | None
+    params: tuple[tuple[str, tuple[Any, Any] | None], ...]  # per view: name, zeros to make
+    outputs: tuple[tuple[str, int], ...]  # writable views: name, parameter index
+    worker: int  # bytes of worker 0's arena and of the global arena the code needs
+    glob: int
+    inline: bool  # every segment runs on the caller whatever the thread count
+    keep: tuple[Any, ...]  # the tables (and dtypes) whose addresses ctx holds
+
+
+def _all_inline(prep: tuple[Any, ...]) -> bool:
+    """Whether every segment of a prepared call stays on the calling thread (one
+    instance, or a 1-worker run too short to be worth splitting)."""
+    return all(n <= 1 or s is False for n, s in zip(prep[3], prep[6], strict=True))
 
 
 #: pieces per worker of a split segment (dynamic assignment; a piece costs one call)

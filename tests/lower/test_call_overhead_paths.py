@@ -1,0 +1,133 @@
+"""The steady-state call paths of a CompiledKernel (native gate, cached signatures,
+shared worker pool) against the reference interpreter."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.catalog import CatalogRegistry
+from planner.errors import PlannerError
+from planner.ir.interpreter import interpret
+from planner.lower import compile_kernel
+from planner.lower.cpu import runtime
+from planner.solve import plan_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "planner" / "examples"))
+import softmax
+
+TARGET = CatalogRegistry().get("x86-avx2")
+
+
+def _softmax(threads: int = 1):
+    k = softmax.make_softmax(softmax.SoftmaxConfig(block_m=4))
+    return k, compile_kernel(k, plan_kernel(k, TARGET, {"M": 8, "N": 16}), TARGET,
+                             threads=threads)
+
+
+def _x(m: int, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((m, n)).astype(np.float32)
+
+
+def _want(kernel, x: np.ndarray) -> np.ndarray:
+    return interpret(kernel, {"X": x, "Y": np.zeros_like(x)},
+                     {"M": x.shape[0], "N": x.shape[1]})["Y"]
+
+
+def test_changing_shapes_stay_correct() -> None:
+    k, ck = _softmax()
+    shapes = [(3, 8), (37, 100), (3, 8), (37, 100), (1, 1), (3, 8)]
+    for i, (m, n) in enumerate(shapes):
+        for rep in range(3):
+            x = _x(m, n, 10 * i + rep)
+            got = ck(X=x, Y=np.empty_like(x))["Y"]
+            np.testing.assert_allclose(got, _want(k, x), rtol=1e-5, atol=1e-6)
+        y = ck(X=x)["Y"]  # the output allocated by the call
+        np.testing.assert_allclose(y, _want(k, x), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_inputs_after_fast_calls_give_the_checked_errors() -> None:
+    _, ck = _softmax()
+    x = _x(4, 16, 0)
+    for _ in range(3):
+        ck(X=x, Y=np.empty_like(x))
+    with pytest.raises(PlannerError, match="needs a float32 array, got float64"):
+        ck(X=x.astype(np.float64), Y=np.empty_like(x))
+    with pytest.raises(PlannerError, match="unit stride in its last dimension"):
+        ck(X=np.asfortranarray(_x(4, 16, 1)), Y=np.empty_like(x))
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    with pytest.raises(PlannerError, match="is not writeable"):
+        ck(X=x, Y=ro)
+    with pytest.raises(PlannerError, match="has rank 2"):
+        ck(X=x.ravel(), Y=np.empty_like(x))
+
+
+def test_concurrent_calls_from_four_threads() -> None:
+    k, ck = _softmax(threads=2)
+    inputs = [_x(5 + 3 * t, 40 + t, t) for t in range(4)]
+    wants = [_want(k, x) for x in inputs]
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        x = inputs[t]
+        for _ in range(200):
+            got = ck(X=x, Y=np.empty_like(x))["Y"]
+            if not np.allclose(got, wants[t], rtol=1e-5, atol=1e-6):
+                errors.append(f"thread {t} wrong")
+                return
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+
+
+def test_worker_pool_survives_and_shuts_down() -> None:
+    k, ck = _softmax(threads=2)
+    x = _x(400, 3000, 3)  # big enough that the segment is split across workers
+    want = _want(k, x)
+    for _ in range(20):
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    runtime.shutdown_workers()
+    assert runtime.worker_threads() == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("planner-cpu")]
+    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+    runtime.shutdown_workers()
+
+
+def _child(queue) -> None:  # runs in the forked child
+    x = _x(400, 3000, 3)
+    k, ck = _FORK_STATE["kernel"]
+    got = ck(X=x, Y=np.empty_like(x))["Y"]
+    small = _x(3, 8, 4)
+    ok = np.allclose(got, _want(k, x), rtol=1e-5, atol=1e-6) and np.allclose(
+        ck(X=small, Y=np.empty_like(small))["Y"], _want(k, small), rtol=1e-5, atol=1e-6)
+    queue.put(bool(ok))
+
+
+_FORK_STATE: dict[str, object] = {}
+
+
+def test_call_in_a_forked_child() -> None:
+    k, ck = _softmax(threads=2)
+    x = _x(400, 3000, 3)
+    for _ in range(3):  # the parent has used its workers and the fast path
+        ck(X=x, Y=np.empty_like(x))
+        ck(X=_x(3, 8, 4), Y=np.empty((3, 8), np.float32))
+    _FORK_STATE["kernel"] = (k, ck)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue,))
+    proc.start()
+    ok = queue.get(timeout=120)
+    proc.join(timeout=60)
+    assert ok and proc.exitcode == 0
