@@ -27,7 +27,7 @@ class CodegenConfig:
     vector_width: int = 8  # lanes of f32: the catalog's cpu.vector_width (for_target)
     registers: int = 16  # vector registers: private capacity / (vector_width * 4 B)
     stack_limit: int = 16 * 1024  # bytes per private buffer kept on the stack
-    small_mma: int = 32 * 32 * 32  # m*n*k up to which mma uses the small kernel
+    small_mma: int = 64 * 64 * 64  # m*n*k up to which mma uses the small kernel
     reduce_unroll: int = 4  # independent accumulators of a vectorized reduction
     gemm: GemmConfig | None = None  # None: GemmConfig.for_figures(vector_width, registers)
     #: count the multiply-adds every mma runs in a module global (``MMA_WORK_SYMBOL``,

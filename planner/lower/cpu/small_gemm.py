@@ -1,5 +1,14 @@
-"""The small vectorized mma kernel: ``C (+)= A @ B`` for tiny products of unit-inner-stride
-operands, where packing for the register-blocked GEMM would cost more than it saves."""
+"""The small vectorized mma kernel: ``C (+)= A @ B`` for small products of unit-inner-stride
+operands, read in place (no packing): the packed GEMM's copies cost more than they save
+while B (k × n) stays in cache.
+
+Register blocked like a GEMM micro-kernel: a block of :data:`ROWS` rows of C by
+:data:`VECS` vectors is held in registers across the whole k loop (each step loads the
+block's B vectors once and broadcasts one A element per row), so C is read and written
+once per block, not once per multiply-add. Rows past the last full row block run in smaller
+blocks (4, 2, 1); columns past the last full vector block run the same block with masked loads
+of B and masked loads/stores of C (only that block pays for masks).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +18,16 @@ from planner.lower.cpu.builder import _IR, _vec
 from planner.lower.cpu.jit import declare_intrinsic
 from planner.lower.cpu.llvm_helpers import F32, F32P, I32, I64, c64, internal
 
+#: Rows of C per register block; the rows past the last full block run in blocks of
+#: :data:`REST_ROWS` (at most one each: 64 rows are 10 blocks of 6 and one of 4).
+ROWS = 6
+REST_ROWS = (4, 2, 1)
+#: Vectors of C per register block row: ROWS * VECS accumulators, VECS B vectors.
+VECS = 2
+
 
 def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
-    """``C (+)= A @ B`` for small tiles: rows of C updated with broadcast-FMA vectors."""
+    """``C (+)= A @ B`` (``acc`` != 0 accumulates) for small tiles, register blocked."""
     fnty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, F32P, I64, F32P, I64, F32P, I64,
                                            I32])
     fn = internal(ir.Function(module, fnty, name=name), inline=False)
@@ -19,36 +35,70 @@ def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
     h = _IR(ir.IRBuilder(fn.append_basic_block("entry")))
     b = h.b
     vt = _vec(F32, w)
-    full = b.mul(b.sdiv(n, c64(w)), c64(w))
-    rem = b.sub(n, full)
-    tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))), h.splat(rem, w))
+    mt = _vec(ir.IntType(1), w)
     mload = declare_intrinsic(module, "llvm.masked.load", [vt, ir.PointerType()], vt,
-                              [ir.PointerType(), I32, tail.type, vt])
+                              [ir.PointerType(), I32, mt, vt])
     mstore = declare_intrinsic(module, "llvm.masked.store", [vt, ir.PointerType()],
-                               ir.VoidType(), [vt, ir.PointerType(), I32, tail.type])
+                               ir.VoidType(), [vt, ir.PointerType(), I32, mt])
     fma = declare_intrinsic(module, "llvm.fma", [vt], vt, [vt, vt, vt])
     zero = ir.Constant(vt, [0.0] * w)
     four = ir.Constant(I32, 4)
+    accumulate = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
+    regs = [[b.alloca(vt, name=f"c{r}.{v}") for v in range(VECS)] for r in range(ROWS)]
+    blk = w * VECS
+    nfull = b.mul(b.sdiv(n, c64(blk)), c64(blk))
+    mfull = b.mul(b.sdiv(m, c64(ROWS)), c64(ROWS))
 
     def vptr(p: ir.Value, off: ir.Value) -> ir.Value:
         return b.bitcast(b.gep(p, [off]), vt.as_pointer())
 
-    with h.loop(c64(0), m, 1, "i") as i:
-        crow = b.gep(c, [b.mul(i, ldc)])
-        with b.if_then(b.icmp_signed("==", acc, ir.Constant(I32, 0))):
-            with h.loop(c64(0), full, w, "z") as j:
-                b.store(zero, vptr(crow, j), align=4)
-            b.call(mstore, [zero, vptr(crow, full), four, tail])
+    def load(p: ir.Value, mask: ir.Value | None) -> ir.Value:
+        if mask is None:
+            return b.load(p, align=4)
+        return b.call(mload, [p, four, mask, zero])
+
+    def tile(i0: ir.Value, rows: int, j0: ir.Value, masked: bool) -> None:
+        """The ``rows`` × ``VECS`` vector block of C at (i0, j0), k steps in registers."""
+        masks: list[ir.Value | None] = [None] * VECS
+        if masked:
+            left = h.splat(b.sub(n, j0), w)
+            masks = [b.icmp_signed("<", ir.Constant(_vec(I64, w), [v * w + t for t in range(w)]),
+                                   left) for v in range(VECS)]
+        crows = [b.gep(c, [b.add(b.mul(b.add(i0, c64(r)), ldc), j0)]) for r in range(rows)]
+        for r in range(rows):
+            for v in range(VECS):
+                old = load(vptr(crows[r], c64(v * w)), masks[v])
+                b.store(b.select(accumulate, old, zero), regs[r][v])
+        arows = [b.gep(a, [b.mul(b.add(i0, c64(r)), lda)]) for r in range(rows)]
         with h.loop(c64(0), k, 1, "p") as p:
-            av = h.splat(b.load(b.gep(a, [b.add(b.mul(i, lda), p)])), w)
-            brow = b.gep(bm, [b.mul(p, ldb)])
-            with h.loop(c64(0), full, w, "j") as j:
-                cp = vptr(crow, j)
-                b.store(b.call(fma, [av, b.load(vptr(brow, j), align=4),
-                                     b.load(cp, align=4)]), cp, align=4)
-            cp = vptr(crow, full)
-            cv = b.call(mload, [cp, four, tail, zero])
-            bv = b.call(mload, [vptr(brow, full), four, tail, zero])
-            b.call(mstore, [b.call(fma, [av, bv, cv]), cp, four, tail])
+            brow = b.gep(bm, [b.add(b.mul(p, ldb), j0)])
+            bv = [load(vptr(brow, c64(v * w)), masks[v]) for v in range(VECS)]
+            for r in range(rows):
+                av = h.splat(b.load(b.gep(arows[r], [p]), align=4), w)
+                for v in range(VECS):
+                    b.store(b.call(fma, [av, bv[v], b.load(regs[r][v])]), regs[r][v])
+        for r in range(rows):
+            for v in range(VECS):
+                out, cp = b.load(regs[r][v]), vptr(crows[r], c64(v * w))
+                if masks[v] is None:
+                    b.store(out, cp, align=4)
+                else:
+                    b.call(mstore, [out, cp, four, masks[v]])
+
+    def row_block(i0: ir.Value, rows: int) -> None:
+        with h.loop(c64(0), nfull, blk, "j") as j0:
+            tile(i0, rows, j0, False)
+        with b.if_then(b.icmp_signed("<", nfull, n)):
+            tile(i0, rows, nfull, True)
+
+    with h.loop(c64(0), mfull, ROWS, "i") as i0:
+        row_block(i0, ROWS)
+    cursor = b.alloca(I64, name="rows.done")
+    b.store(mfull, cursor)
+    for rows in REST_ROWS:
+        i0 = b.load(cursor)
+        with b.if_then(b.icmp_signed(">=", b.sub(m, i0), c64(rows))):
+            row_block(i0, rows)
+            b.store(b.add(i0, c64(rows)), cursor)
     b.ret_void()
     return fn
