@@ -17,6 +17,7 @@ from planner.ir.examples import list_examples, load_example
 from planner.lower import compile_kernel
 from planner.lower.cpu import small_gemm
 from planner.lower.cpu.config import CodegenConfig
+from planner.lower.cpu.runtime import host_refusal
 from planner.solve.planner import plan_kernel
 
 
@@ -38,11 +39,8 @@ def _kernel_fn():  # the emitted kernel, made external and JIT-compiled alone
     return f, str(mod)
 
 
-def _avx2() -> bool:
-    try:
-        return "avx2" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
+#: Why this machine cannot run x86-avx2 code (the runtime's own check), or None.
+AVX2_REFUSAL = host_refusal("x86-avx2")
 
 
 def _run(m: int, n: int, k: int, acc: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +58,7 @@ def _run(m: int, n: int, k: int, acc: bool, seed: int = 0) -> tuple[np.ndarray, 
     return c, want
 
 
-@pytest.mark.skipif(not _avx2(), reason="the kernel is compiled for AVX2")
+@pytest.mark.skipif(AVX2_REFUSAL is not None, reason=str(AVX2_REFUSAL))
 @pytest.mark.parametrize("m", [0, 1, 2, 3, 4, 5, 6, 7, 11, 16, 64])
 @pytest.mark.parametrize("n,k", [(64, 64), (1, 1), (7, 3), (16, 0), (24, 13), (77, 5)])
 @pytest.mark.parametrize("acc", [False, True])
@@ -99,7 +97,7 @@ def test_attention_64_tiles_take_the_small_kernel() -> None:
     assert CodegenConfig().small_mma in limits  # the mma's small-kernel branch
 
 
-@pytest.mark.skipif(not _avx2(), reason="compiled for x86-avx2")
+@pytest.mark.skipif(AVX2_REFUSAL is not None, reason=str(AVX2_REFUSAL))
 @pytest.mark.parametrize("block", [16, 64])
 @pytest.mark.parametrize("L,S,D", [(100, 77, 64), (64, 64, 64), (70, 1, 24), (0, 5, 8),
                                    (33, 130, 13), (1, 65, 64)])
