@@ -162,7 +162,8 @@ def render_target(target: Target) -> str:
           str(r.alignment), r.coherence.value, "yes" if r.slicing else "no",
           ", ".join(op.value for op in Operation if op in r.operations))
          for r in target.resources]))]
-    legend = ", ".join(f"{letter}={op}" for op, letter in _OP_LETTERS.items())
+    legend = ", ".join(f"{letter}={op}" for op, letter in _OP_LETTERS.items()) + \
+        "; (a,c): the only mma operands read in place"
     lines += ["", f"access  ({legend})", _indent(_table(
         ("scope", *(r.name for r in target.resources)),
         [(s.name, *(_access_cell(target, s.name, r.name) for r in target.resources))
@@ -190,10 +191,13 @@ def _scope_tree(target: Target, name: str, prefix: str, branch: str) -> list[str
 
 
 def _access_cell(target: Target, scope: str, resource: str) -> str:
-    from planner.catalog import Operation
+    from planner.catalog import MmaOperand, Operation
 
     cell = "".join(letter for op, letter in _OP_LETTERS.items()
                    if target.can_access(scope, resource, Operation(op)))
+    operands = target.mma_operands(scope, resource)
+    if operands and len(operands) < len(MmaOperand):  # mma_operands narrows mma_read
+        cell += "(" + ",".join(o.value for o in operands) + ")"
     return cell or "-"
 
 

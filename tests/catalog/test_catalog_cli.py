@@ -41,8 +41,19 @@ def test_show_summarizes_a_target(capsys):
     out = capsys.readouterr().out
     assert "           └─ thread  (extent 32)" in out
     assert "tmem       tensor   block     256 KiB" in out
-    assert "  thread   rw         rwa   rwa    -     rwa" in out  # threads never touch tmem
+    assert "  thread   rw         rwa   rwa    -         rwa" in out  # threads never touch tmem
     assert "148 concurrent block instances" in out
+
+
+def test_show_names_the_mma_operands_an_access_entry_narrows_to(capsys):
+    # nvidia-b200.yaml: {scope: block, resource: tmem, ..., mma_operands: [a, c]}
+    assert planner.cli.main(["catalog", "show", "nvidia-b200"]) == 0
+    out = capsys.readouterr().out
+    access = out[out.index("\naccess"):out.index("\ncosts")]
+    header, *rows = [ln.split() for ln in access.strip().splitlines()[1:]]
+    block = dict(zip(header[1:], next(r for r in rows if r[0] == "block")[1:], strict=True))
+    assert block["tmem"] == "mMc(a,c)"
+    assert "(" not in block["smem"]  # every operand: no list shown
 
 
 def test_show_accepts_a_file(tmp_path, tiny, capsys):
