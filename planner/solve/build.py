@@ -9,6 +9,7 @@ the checked program points and the constant every plan pays.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
@@ -220,27 +221,23 @@ def _capacities(ctx: Context, values: list[Value], memories: list[MemoryOccupant
 def _live_points(values: list[Value], memories: list[MemoryOccupant],
                  points: Mapping[int, Point], temps: list[Temp] = ()  # type: ignore[assignment]
                  ) -> list[LivePoint]:
-    """Holders live at each point where something starts (other points are dominated)."""
-    items: list[tuple[int, int, str, tuple[int, int]]] = [
-        (s.start, s.end, "v", (v.index, i)) for v in values for i, s in enumerate(v.segments)]
-    items += [(m.span[0], m.span[1], "m", (m.index, 0)) for m in memories]
-    items += [(t.point, t.point + 1, "t", (t.index, 0)) for t in temps]
-    items.sort()
-    out: list[LivePoint] = []
-    active: list[tuple[int, int, str, tuple[int, int]]] = []
-    pos = 0
-    for p in sorted({it[0] for it in items}):
-        while pos < len(items) and items[pos][0] <= p:
-            active.append(items[pos])
-            pos += 1
-        active = [it for it in active if it[1] > p]
-        if p not in points:
-            continue
-        segs = tuple(sorted(it[3] for it in active if it[2] == "v"))
-        mems = tuple(sorted(it[3][0] for it in active if it[2] == "m"))
-        tmps = tuple(sorted(it[3][0] for it in active if it[2] == "t"))
-        out.append(LivePoint(p, points[p].owner, segs, mems, tmps))
-    return out
+    """Holders live at each point where something starts (other points are dominated).
+
+    Each holder is appended to the live points its ``[start, end)`` spans (found by
+    bisection), in index order, so every point's tuples come out sorted: linear in the
+    answer's size."""
+    spans: list[list[tuple[int, int, object]]] = [
+        [(s.start, s.end, (v.index, i)) for v in values for i, s in enumerate(v.segments)],
+        [(m.span[0], m.span[1], m.index) for m in memories],
+        [(t.point, t.point + 1, t.index) for t in temps]]
+    starts = sorted({a for kind in spans for a, _, _ in kind} & points.keys())
+    held: list[list[list[object]]] = [[[] for _ in starts] for _ in spans]
+    for kind, out in zip(spans, held, strict=True):
+        for a, b, key in kind:
+            for j in range(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)):
+                out[j].append(key)
+    return [LivePoint(p, points[p].owner, tuple(held[0][j]), tuple(held[1][j]),  # type: ignore[arg-type]
+                      tuple(held[2][j])) for j, p in enumerate(starts)]
 
 
 def _constant(ctx: Context, values: list[Value]) -> Terms:

@@ -93,7 +93,7 @@ class Holding:
         self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
                        for v in self.values]
         self.guards: list[Guard] = []
-        self._guard_index: dict[tuple[str, int, int, tuple[int, ...]], int] = {}
+        self._guard_index: dict[Guard, int] = {}
         self._chain_roots = self._stop_readers()
         self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
@@ -189,11 +189,11 @@ class Holding:
         return self.guard("pingpong", c.value, c.yielded, c.late)
 
     def guard(self, kind: str, a: int, b: int, any_of: tuple[int, ...] = ()) -> int:
-        key = (kind, a, b, any_of)  # a plain tuple hashes faster than the dataclass
+        key = Guard(kind, a, b, any_of)  # its own dedup key
         index = self._guard_index.get(key)
         if index is None:
             index = self._guard_index[key] = len(self.guards)
-            self.guards.append(Guard(kind, a, b, any_of))
+            self.guards.append(key)
         return index
 
     def _sites_of(self, e: Edge) -> list[tuple[int, int | None, bool]]:
@@ -339,6 +339,9 @@ class Holding:
         ctx = self.ctx
         out = []
         ends: dict[tuple[str, int, bool], int] = {}  # (value node, site, in place) -> end
+        loop_free = {n for n, node in self.point_node.items()
+                     if not ctx.g.nodes[node]["loops"]
+                     and ctx.g.nodes[node]["kind"] != "loop.carry"}
         for e in self.edges:
             if not e.index & 255:
                 check_deadline(self.deadline)
@@ -360,15 +363,22 @@ class Holding:
             remote = []
             carry = self.carries.get(e.value)  # :meth:`_in_place`, inlined: a hot loop
             yield_def = carry.yield_def if carry is not None and carry.aliased else None
+            # span() of a read at a loop-free site of a value defined outside any carry
+            # is plain arithmetic: [def, site + 1) (site, in place); a hot loop
+            plain = v.kind != "loop.carry"
+            floor = v.def_point + 1
             for n, gd, aligned in sites:
                 if n == e.consumer_point or gd is None:
                     continue
                 in_place = n == yield_def and aligned
-                key = (v.node, n, in_place)
-                end = ends.get(key)
-                if end is None:
-                    end = ends[key] = span(ctx, v.node, self.point_node[n], False,
-                                           inclusive=True, in_place=in_place)[1]
+                if plain and n in loop_free:
+                    end = max(n if in_place else n + 1, floor)
+                else:
+                    key = (v.node, n, in_place)
+                    end = ends.get(key)
+                    if end is None:
+                        end = ends[key] = span(ctx, v.node, self.point_node[n], False,
+                                               inclusive=True, in_place=in_place)[1]
                 if end > held[1]:
                     remote.append((n, end, gd))
             if into is not None and held[1] == e.consumer_point:  # split: copied at the mma

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from planner.plan.decisions import Decision, LayoutChoice, Policy
 
@@ -97,8 +98,7 @@ class Placement:
     sync: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):  # a named tuple: built by the hundred thousand
     """Points ``[start, end)`` where the value is needed by exactly ``edges``.
 
     ``chained`` holds it too, conditionally: ``(chain, first)`` names the guards
@@ -131,8 +131,7 @@ class GuardChain:
     ends: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Guard:
+class Guard(NamedTuple):
     """A condition on other edges' choices that a holder depends on.
 
     ``site``: value ``a`` is evaluated at point ``b`` (computed there into its buffer,
@@ -147,6 +146,9 @@ class Guard:
     (one of the ``any_of`` guards holds): the carry then keeps two versions, the old
     value and ``b``, for the whole loop.  ``versioned``: value ``a`` keeps more than one
     version.
+
+    A named tuple, not a dataclass: a large kernel has hundreds of thousands of guards,
+    and the tuple is both the record and its own dedup key (built ~3x faster).
     """
 
     kind: str  # "site" | "split" | "recompute" | "pingpong" | "versioned"
