@@ -10,6 +10,7 @@ with it; :mod:`planner.solve.model` encodes the same semantics for CP-SAT.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ class Truth:
         self.a = a
         self._sites: dict[int, frozenset[int]] = {}
         self._last: dict[tuple[int, int], int] = {}
+        self._spans: dict[int, tuple[list[int], list[int]]] = {}
 
     def last_held(self, v: Value, ci: int) -> int:
         """The last position of ``v.chains[ci]`` whose guard holds (-1: none); a segment
@@ -169,6 +171,37 @@ class Truth:
             self._last[key] = next((j for j in range(len(guards) - 1, -1, -1)
                                     if self.guard(guards[j])), -1)
         return self._last[key]
+
+    def spans(self, vi: int) -> tuple[list[int], list[int]]:
+        """Where value ``vi`` is held (in registers, in its buffer): each a flat sorted
+        list ``[start0, end0, start1, end1, ...]`` of disjoint ``[start, end)`` intervals.
+
+        The one rule of holding: an edge covering a point holds the value there in
+        registers when virtual, in its buffer when materialized; a :class:`GuardChain`
+        of a preserving edge holds it from its start up to the end of its last guard
+        that holds.  A segment is held exactly where its start is (its bounds are cuts
+        of these intervals)."""
+        got = self._spans.get(vi)
+        if got is not None:
+            return got
+        v = self.problem.values[vi]
+        choices = self.a.choices
+        reg: list[tuple[int, int]] = []
+        mat: list[tuple[int, int]] = []
+        for i, a, b in v.covers:
+            c = choices[i]
+            if c is VIRTUAL:
+                reg.append((a, b))
+            elif c is MATERIALIZED:
+                mat.append((a, b))
+        for ci, chain in enumerate(v.chains):
+            c = choices[chain.edge]
+            if c is VIRTUAL or c is MATERIALIZED:
+                j = self.last_held(v, ci)
+                if j >= 0:
+                    (reg if c is VIRTUAL else mat).append((chain.start, chain.ends[j]))
+        got = self._spans[vi] = (_merged(reg), _merged(mat))
+        return got
 
     def home(self, vi: int) -> bool:
         """Whether value ``vi`` is computed at its own point (into its buffer)."""
@@ -245,17 +278,37 @@ class Truth:
 
 def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
                  truth: Truth | None = None) -> tuple[bool, bool]:
-    """(in registers, in its materialized buffer) over ``seg``."""
-    cs = [a.choices[i] for i in seg.edges]
-    reg, mat = VIRTUAL in cs, MATERIALIZED in cs
-    for ci, first in seg.chained:
-        chain = v.chains[ci]
-        c = a.choices[chain.edge]
-        if c in PRESERVING and not (reg if c is VIRTUAL else mat):
-            truth = truth or Truth(problem, a)
-            if truth.last_held(v, ci) >= first:
-                reg, mat = reg or c is VIRTUAL, mat or c is MATERIALIZED
-    return reg, mat
+    """(in registers, in its materialized buffer) over ``seg`` (:meth:`Truth.spans`)."""
+    reg, mat = (truth or Truth(problem, a)).spans(v.index)
+    return _inside(reg, seg.start), _inside(mat, seg.start)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[int]:
+    """Disjoint sorted ``[start, end)`` intervals covering ``spans``, flattened."""
+    out: list[int] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1]:
+            out[-1] = max(out[-1], b)
+        else:
+            out += (a, b)
+    return out
+
+
+def _inside(flat: list[int], point: int) -> bool:
+    """Whether ``point`` lies in one of the flattened intervals of :func:`_merged`."""
+    return bisect.bisect_right(flat, point) & 1 == 1
+
+
+def _pieces(reg: list[int], mat: list[int]) -> list[tuple[int, int, bool, bool]]:
+    """``(start, end, in registers, in its buffer)`` over the union of two flattened
+    interval lists, split wherever either changes."""
+    cuts = sorted(set(reg) | set(mat))
+    out: list[tuple[int, int, bool, bool]] = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        r, m = _inside(reg, lo), _inside(mat, lo)
+        if r or m:
+            out.append((lo, hi, r, m))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,27 +342,26 @@ def held_at_points(problem: Problem, a: Assignment
         if g.kind == "pingpong" and truth.guard(gi):
             into[g.b] = (g.a, True)
     pingpong = {c for c, two in into.values() if two}
-    live: dict[tuple[int, int], list[Held]] = {}  # a segment's holders: the same everywhere
-    kinds: dict[tuple[int, bool, bool], list[Held]] = {}  # (value, in registers, buffered)
-    # values no edge keeps (all inlined) hold nothing at any of their segments
-    quiet = [not any(a.choices[i] in PRESERVING for i in v.edges) for v in problem.values]
+    # Each value's holders are laid onto the checked points inside its held intervals
+    # (:meth:`Truth.spans`), by bisection: linear in what the plan actually holds, not
+    # in every segment some other plan might hold.
+    at = [lp.point for lp in problem.live_points]
+    values_at: list[list[Held]] = [[] for _ in at]
+    for v in problem.values:
+        if not any(a.choices[i] in PRESERVING for i in v.edges):
+            continue  # every edge inlined: held nowhere
+        kinds: dict[tuple[bool, bool], list[Held]] = {}
+        for lo, hi, reg, mat in _pieces(*truth.spans(v.index)):
+            seg = kinds.get((reg, mat))
+            if seg is None:
+                seg = kinds[(reg, mat)] = _segment_held(problem, a, v.index, reg, mat, into,
+                                                        pingpong)
+            if seg:
+                for j in range(bisect.bisect_left(at, lo), bisect.bisect_left(at, hi)):
+                    values_at[j] += seg
     memories: dict[int, Held] = {}  # the same at every point
     out: list[tuple[tuple[str, int], list[Held]]] = []
-    for lp in problem.live_points:
-        held: list[Held] = []
-        for vi, si in lp.segments:
-            if quiet[vi]:
-                continue
-            seg = live.get((vi, si))
-            if seg is None:
-                v = problem.values[vi]
-                key = (vi, *segment_live(problem, a, v, v.segments[si], truth))
-                seg = kinds.get(key)
-                if seg is None:
-                    seg = kinds[key] = _segment_held(problem, a, vi, key[1], key[2], into,
-                                                     pingpong)
-                live[(vi, si)] = seg
-            held += seg
+    for lp, held in zip(problem.live_points, values_at, strict=True):
         for mi in lp.memories:
             mem = memories.get(mi)
             if mem is None:

@@ -547,6 +547,12 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
                 groups[(i, a)] = {gd: b}
             elif ends.get(gd, b) <= b:
                 ends[gd] = b
+    covers: list[tuple[int, int, int]] = []
+    for i, a, b in sorted((i, a, b) for a, b, i, gd in items if gd is None and a < b):
+        if covers and covers[-1][0] == i and a <= covers[-1][2]:
+            covers[-1] = (i, covers[-1][1], max(b, covers[-1][2]))
+        else:
+            covers.append((i, a, b))
     chains = []
     for (i, a), ends in sorted(groups.items()):
         order = sorted([(e, g) for g, e in ends.items()])
@@ -592,4 +598,5 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
             alive = [ci for ci in sorted(active) if chains[ci].edge not in covered]
         chained = tuple([(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])
         segs.append(Segment(lo, hi, edges, chained))
-    return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains))
+    return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains),
+                               covers=tuple(covers))

@@ -210,6 +210,9 @@ class Value:
     policy_reason: str = ""
     segments: tuple[Segment, ...] = ()
     chains: tuple[GuardChain, ...] = ()  # what segments' ``chained`` refer to
+    #: (edge, start, end): where an edge holds the value whatever else is decided (the
+    #: segments' ``edges``, as merged intervals per edge; chains give the rest)
+    covers: tuple[tuple[int, int, int], ...] = ()
     expensive: bool = False
     inlinable: bool = False  # the lowering may compute it inline in its consumers
     sites: tuple[int, ...] = ()  # later points where inlining may evaluate it
