@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -166,11 +167,32 @@ class Truth:
         """The last position of ``v.chains[ci]`` whose guard holds (-1: none); a segment
         naming the chain from ``first`` on is held by it iff this is ``>= first``."""
         key = (v.index, ci)
-        if key not in self._last:
+        got = self._last.get(key)
+        if got is None and v.chains[ci].site_of >= 0:
+            chain = v.chains[ci]
+            got = -1
+            for site in self.sites(chain.site_of):
+                j = bisect.bisect_left(chain.points, site)
+                if j < len(chain.points) and chain.points[j] == site:
+                    got = max(got, j)
+            self._last[key] = got
+        if got is None:
+            got = -1
             guards = v.chains[ci].guards
-            self._last[key] = next((j for j in range(len(guards) - 1, -1, -1)
-                                    if self.guard(guards[j])), -1)
-        return self._last[key]
+            every = self.problem.guards
+            known = self._sites
+            for j in range(len(guards) - 1, -1, -1):
+                g = every[guards[j]]
+                if g.kind == "site":  # :meth:`guard`, inlined: a hot loop
+                    held = known.get(g.a)
+                    if g.b in (held if held is not None else self.sites(g.a)):
+                        got = j
+                        break
+                elif self.guard(guards[j]):
+                    got = j
+                    break
+            self._last[key] = got
+        return got
 
     def spans(self, vi: int) -> tuple[list[int], list[int]]:
         """Where value ``vi`` is held (in registers, in its buffer): each a flat sorted
@@ -304,7 +326,7 @@ def _pieces(reg: list[int], mat: list[int]) -> list[tuple[int, int, bool, bool]]
     interval lists, split wherever either changes."""
     cuts = sorted(set(reg) | set(mat))
     out: list[tuple[int, int, bool, bool]] = []
-    for lo, hi in zip(cuts, cuts[1:]):
+    for lo, hi in itertools.pairwise(cuts):
         r, m = _inside(reg, lo), _inside(mat, lo)
         if r or m:
             out.append((lo, hi, r, m))

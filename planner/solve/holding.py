@@ -425,7 +425,7 @@ class Holding:
             start = self.values[c.value].def_point
             for i in v.edges:
                 items.append((start, c.loop_end, i, self._pingpong(c)))
-        return _swept(v, items)
+        return _swept(v, items, self.guards)
 
     # ------------------------------------------------------------------ temporaries
 
@@ -527,7 +527,8 @@ class Holding:
                     res, v.bytes, n, when)
 
 
-def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
+def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
+           guards: list[Guard]) -> Value:
     """``v`` with its segments: the held items ``(start, end, edge, guard)`` swept over the
     cuts.  An unguarded item covers ``[lo, hi)`` (consecutive cuts) iff ``start <= lo <
     end``; the guarded items of one edge that start at one point form a
@@ -556,8 +557,14 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]]) -> Value:
     chains = []
     for (i, a), ends in sorted(groups.items()):
         order = sorted([(e, g) for g, e in ends.items()])
-        chains.append(GuardChain(i, a, tuple([g for _, g in order]),
-                                 tuple([e for e, _ in order])))
+        gs = tuple([g for _, g in order])
+        first = guards[gs[0]]
+        points = tuple([guards[g].b for g in gs]) if first.kind == "site" else ()
+        if not points or any(guards[g].kind != "site" or guards[g].a != first.a for g in gs) \
+                or any(p >= q for p, q in itertools.pairwise(points)):
+            chains.append(GuardChain(i, a, gs, tuple([e for e, _ in order])))
+        else:
+            chains.append(GuardChain(i, a, gs, tuple([e for e, _ in order]), first.a, points))
     opening: dict[int, list[int]] = {}
     closing: dict[int, list[int]] = {}  # where each chain's last guard stops holding
     for ci, c in enumerate(chains):

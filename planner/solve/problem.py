@@ -129,6 +129,10 @@ class GuardChain:
     start: int
     guards: tuple[int, ...]
     ends: tuple[int, ...]
+    #: when every guard is a ``site`` guard of one value at increasing points: that
+    #: value and the points (the last guard holding is then a bisection, not a scan)
+    site_of: int = -1
+    points: tuple[int, ...] = ()
 
 
 class Guard(NamedTuple):
