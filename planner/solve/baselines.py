@@ -181,7 +181,7 @@ def _overflows(problem: Problem, resource: str, owner: str, values: list[int],
     used = 0
     for vi in values:
         v = problem.values[vi]
-        _, _, cross = derived_flags(problem, tuple(choices), v)
+        _, _, cross = derived_flags(problem, choices, v)
         used += v.reg_bytes * (v.max_versions if cross else 1)
     return used > cap
 

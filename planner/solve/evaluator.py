@@ -43,7 +43,7 @@ from planner.solve.problem import (
 )
 
 
-def derived_flags(problem: Problem, choices: tuple[Decision, ...], v: Value
+def derived_flags(problem: Problem, choices: Sequence[Decision], v: Value
                   ) -> tuple[bool, bool, bool]:
     """(home, materialized, preserved across stages) of value ``v`` under ``choices``."""
     es = [problem.edges[i] for i in v.edges]

@@ -13,7 +13,8 @@ The steps are fixed and each is a library call of its own:
    plan whatever the worker count or thread timing); when the time limit
    passes without any solution, the greedy heuristic of
    :mod:`planner.solve.baselines` is returned as a feasible plan (gap against the
-   solver's bound);
+   solver's bound, or the capacity-free relaxation of :mod:`planner.solve.bounds`
+   where that is higher);
 5. the decisions are re-evaluated by the pure-Python reference
    (:func:`planner.solve.costs.evaluate`), which attributes every cost term to an
    edge; an infeasible model gets an explanation (:mod:`planner.solve.explain`).
@@ -50,6 +51,7 @@ from planner.plan.decisions import (
 )
 from planner.prove import prove_kernel
 from planner.solve.baselines import baseline_restrictions, greedy_assignment
+from planner.solve.bounds import relaxed_bound
 from planner.solve.copies import plan_copies
 from planner.solve.costs import (
     MATERIALIZED,
@@ -106,7 +108,7 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     search share one deadline (the search gets what is left, less a tenth of the limit
     kept for the evaluation).  When it passes before optimality is proved the plan says
     ``feasible`` with its gap (the greedy heuristic's plan when the search found none or
-    never started; its bound is then the constant every plan pays).  Building the
+    never started; its bound is then the capacity-free relaxation).  Building the
     priced problem is checked only once it is done: refuse oversized kernels before
     calling (:func:`planner.solve.budget.estimate_model_size`).  ``workers`` is CP-SAT's
     number of search workers; ``progress(best, bound, seconds)`` is called on every
@@ -191,8 +193,8 @@ def _left(deadline: float) -> float:
 def _out_of_time(header: _Header, problem: Problem, restrictions: Mapping[int, frozenset],
                  kernel: Kernel, target: Target, time_limit_s: float) -> MaterializationPlan:
     """The deadline passed before the search could start: the heuristic's plan (given
-    :data:`_GRACE_S` more), ``feasible`` against the only bound known, the constant every
-    plan pays."""
+    :data:`_GRACE_S` more), ``feasible`` against the capacity-free relaxation
+    (:func:`planner.solve.bounds.relaxed_bound`, applied by :meth:`_Header.solved`)."""
     fallback = fallback_assignment(problem, restrictions,
                                    deadline=time.perf_counter() + _GRACE_S)
     if fallback is None:
@@ -255,7 +257,10 @@ class _Header:
             raise PlannerError(Diagnostic("internal error: the solver's plan violates "
                                           + "; ".join(ev.violations[:3])), kind="internal")
         objective = ev.objective
-        bound = objective if optimal else min(bound, objective)
+        # an unproved plan's bound: the solver's, or the capacity-free relaxation where
+        # that is higher (always, when the search never ran)
+        bound = objective if optimal else min(max(bound, relaxed_bound(p, restrictions)),
+                                              objective)
         gap = 0.0 if optimal or objective == 0 else (objective - bound) / objective
         edges = tuple(self._edge(a, ev, e.index, restrictions) for e in p.edges)
         return self._plan(edges=edges, peaks=peaks(p, ev), objective=objective,
