@@ -114,10 +114,14 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
         if placement is None:
             return None
         ev = None
+        tried: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         for k in ("max", "min"):
             vers = tuple(v if k == "max" else 1 for v in versions)
-            a = Assignment(tuple(choices), placement, vers,
-                           tuple(m.max_versions if k == "max" else 1 for m in problem.memories))
+            mems = tuple(m.max_versions if k == "max" else 1 for m in problem.memories)
+            if (vers, mems) in tried:
+                continue  # nothing has versions to drop: the same assignment again
+            tried.add((vers, mems))
+            a = Assignment(tuple(choices), placement, vers, mems)
             ev = evaluate(problem, a, restrictions)
             if ev.feasible:
                 return a

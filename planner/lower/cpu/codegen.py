@@ -141,6 +141,7 @@ class _Fn(_Mma, _Prefetch):
             for name, base, stride in per_instance:
                 self.bases[name] = b.gep(base, [b.mul(inst, stride)], name=f"buf.{name}")
             self.body(body)
+        self.end_streams()
         self.free_scratch()
         b.ret_void()
 

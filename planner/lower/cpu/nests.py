@@ -12,13 +12,14 @@ import llvmlite.ir as ir
 
 from planner.ir.core import ReduceFn
 from planner.ir.dtypes import DType
-from planner.ir.expr import Const, Expr
-from planner.lower.cpu.builder import _align, _reg_type, _vec
+from planner.ir.expr import Const, Expr, add, mul, product
+from planner.lower.cpu.builder import _align, _mem_type, _reg_type, _vec
 from planner.lower.cpu.context import _Lanes
 from planner.lower.cpu.edge_stores import emit_edge_nest
 from planner.lower.cpu.elements import _COMBINE, _HORIZONTAL, _Elements
 from planner.lower.cpu.index_exprs import _coeff
-from planner.lower.cpu.llvm_helpers import F32, I1, I64, c64, transpose
+from planner.lower.cpu.jit import host_target
+from planner.lower.cpu.llvm_helpers import F32, I1, I32, I64, c64, declare_function, transpose
 from planner.lower.loops import program as lp
 
 _NestLike = lp.Nest | lp.ReduceNest | lp.FusedNest
@@ -186,12 +187,14 @@ class _Nests(_Elements):
                     b.store(ident_v, slot)
                 accs[i] = (slots, ident_v, ident)
 
-        def point(lanes: _Lanes, slot: int = 0, step: dict[str, ir.Value] | None = None
-                  ) -> None:
+        def point(lanes: _Lanes, slot: int = 0, step: dict[str, ir.Value] | None = None,
+                  streamed: int | None = None) -> None:
             for i, p in enumerate(parts):
                 v = self.elem(p.value, lanes)
                 if isinstance(p, lp.Nest):
-                    if not (isinstance(p.dest, lp.BufWrite) and p.dest.buffer in dead):
+                    if i == streamed:
+                        self._streaming_write(p, v, lanes)
+                    elif not (isinstance(p.dest, lp.BufWrite) and p.dest.buffer in dead):
                         self.write(p.dest, v, p.value.dtype, lanes)
                     if isinstance(p.dest, lp.BufWrite):  # forward to later parts
                         lanes.cache[lp.BufRead(p.dest.buffer, p.dest.index, p.dest.version,
@@ -216,8 +219,9 @@ class _Nests(_Elements):
             k = b.sitofp(b.add(before, c64(1)), F32)
             return {"r": self.splat(b.fdiv(ir.Constant(F32, 1.0), k), w)}
 
-        with b.if_then(b.icmp_signed(">", n, lo)):
-            hoisted = self._hoisted(parts, var, edge)
+        def plain_row(hoisted: dict[lp.Elem, ir.Value]) -> None:
+            """The vectors of the row from ``lo``: the unrolled main loop, the remaining
+            full vectors, one masked tail."""
             const_n = s.extents[-1].const_value() if start is None else None
             full = b.add(lo, b.mul(b.sdiv(b.sub(n, lo), c64(w)), c64(w))) \
                 if const_n is None else c64(const_n // w * w)
@@ -249,6 +253,43 @@ class _Nests(_Elements):
                 slots[0].counted(self, rest, b.sub(n, full))
                 for other in slots[1:]:
                     other.counted(self, unrolled, c64(0))
+
+        def masked(at: ir.Value, count: ir.Value, hoisted: dict[lp.Elem, ir.Value]) -> None:
+            """One vector at ``at`` with its first ``count`` (1..w) lanes active."""
+            self.env[var] = at
+            tail = b.icmp_signed("<", ir.Constant(_vec(I64, w), list(range(w))),
+                                 self.splat(count, w))
+            point(_Lanes(w, var, tail, edge, dict(hoisted)))
+
+        def streamed_row(k: int, head: ir.Value, hoisted: dict[lp.Elem, ir.Value]) -> None:
+            """The row with part ``k``'s stores streamed: the ``head`` lanes before the
+            first vector-aligned address of its destination (masked), full vectors of
+            aligned non-temporal stores, one masked tail."""
+            h = self.smin(head, b.sub(n, lo))
+            with b.if_then(b.icmp_signed(">", h, c64(0))):
+                masked(lo, h, hoisted)
+            lo2 = b.add(lo, h)
+            full = b.add(lo2, b.mul(b.sdiv(b.sub(n, lo2), c64(w)), c64(w)))
+            with self.loop(lo2, full, w, "vs") as base:
+                self.env[var] = base
+                point(_Lanes(w, var, None, edge, dict(hoisted)), streamed=k)
+            rem = b.sub(n, full)
+            with b.if_then(b.icmp_signed(">", rem, c64(0))):
+                masked(full, rem, hoisted)
+
+        with b.if_then(b.icmp_signed(">", n, lo)):
+            hoisted = self._hoisted(parts, var, edge)
+            stream = None if reducing or edge or start is not None \
+                else self._streamable(parts, var)
+            if stream is None:
+                plain_row(hoisted)
+            else:
+                ok, head = self._stream_gate(parts[stream], var, lo)  # type: ignore[arg-type]
+                with b.if_else(ok) as (yes, no):
+                    with yes:
+                        streamed_row(stream, head, hoisted)
+                    with no:
+                        plain_row(hoisted)
         for i, p in enumerate(parts):
             if i in moments:
                 self._squares_result(p, moments[i], edge)  # type: ignore[arg-type]
@@ -262,6 +303,70 @@ class _Nests(_Elements):
                 lanes = _Lanes(1, None, None, edge)
                 self.write(p.dest, self.splat(total, 1), p.value.dtype, lanes)
 
+
+    # ------------------------------------------------------------------ streaming stores
+
+    def _streamable(self, parts: tuple[lp.Nest | lp.ReduceNest, ...], var: str) -> int | None:
+        """The part whose stores a plain (non-reducing) nest may stream: the only part
+        writing a view, 4-byte elements, unit stride along ``var``; None when there is
+        none, on a non-x86 host, or when the kernel's views are too small together (see
+        :data:`STREAM_MIN_BYTES`)."""
+        if not host_target().triple.startswith(("x86_64", "i386", "i686")):
+            return None
+        views = [i for i, p in enumerate(parts) if isinstance(p.dest, lp.ViewWrite)]
+        if len(views) != 1 or any(not isinstance(p, lp.Nest) for p in parts):
+            return None
+        d = parts[views[0]].dest
+        assert isinstance(d, lp.ViewWrite)
+        if _mem_type(self.cg.program.param(d.view).dtype) not in (F32, I32):
+            return None
+        if _coeff(self.view_offset(d.view, d.index), var) != Const(1):
+            return None
+        known = _view_bytes(self.cg.program).const_value()
+        if known is not None and known < STREAM_MIN_BYTES:
+            return None
+        return views[0]
+
+    def _stream_gate(self, p: lp.Nest, var: str, lo: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(whether this row streams, the lanes before the destination's first aligned
+        vector): the kernel's views hold at least :data:`STREAM_MIN_BYTES` and the
+        destination's elements are 4-byte aligned."""
+        b = self.b
+        d = p.dest
+        assert isinstance(d, lp.ViewWrite)
+        vb = 4 * self.cg.config.vector_width  # bytes of a vector; a power of two
+        self.env[var] = lo
+        addr = b.ptrtoint(b.gep(self.view_ptr(d.view),
+                                [self.iexpr(self.view_offset(d.view, d.index), None)]), I64)
+        aligned = b.icmp_signed("==", b.and_(addr, c64(3)), c64(0))
+        big = b.icmp_signed(">=", self.expr(_view_bytes(self.cg.program)),
+                            c64(STREAM_MIN_BYTES))
+        head = b.lshr(b.and_(b.sub(c64(0), addr), c64(vb - 1)), c64(2))
+        return b.and_(aligned, big), head
+
+    def _streaming_write(self, p: lp.Nest, v: ir.Value, lanes: _Lanes) -> None:
+        """``write`` of a full vector whose address is vector-aligned (``_stream_gate``),
+        as a non-temporal store: the line is written without being read first."""
+        b = self.b
+        block = b.block
+        first = len(block.instructions)
+        self.write(p.dest, v, p.value.dtype, lanes)
+        assert b.block is block, "a streamed store is one unmasked vector store"
+        for ins in block.instructions[first:]:
+            if isinstance(ins, ir.StoreInstr) and isinstance(ins.operands[0].type,
+                                                             ir.VectorType):
+                ins.align = 4 * self.cg.config.vector_width
+                ins.set_metadata("nontemporal", self.module.add_metadata(
+                    [ir.Constant(ir.IntType(32), 1)]))
+                self.__dict__["_streamed"] = True
+
+    def end_streams(self) -> None:
+        """``sfence`` after the non-temporal stores of the function, if any: they are
+        weakly ordered, and whoever joins the segment must see them."""
+        if self.__dict__.get("_streamed"):
+            fence = declare_function(self.module, "llvm.x86.sse.sfence",
+                                     ir.FunctionType(ir.VoidType(), []))
+            self.b.call(fence, [])
 
     def dead_stores(self) -> frozenset[str]:
         """Buffers a fused nest writes that nothing reads but its later parts at the point
@@ -369,6 +474,18 @@ def _forwarded_only(program: lp.LoopProgram) -> frozenset[str]:
                         fused.add(p.dest.buffer)
     return frozenset(b for b in fused - reads
                      if program.buffer(b).role in ("materialized", "virtual"))
+
+
+#: Stores are streamed (non-temporal) only where the kernel's views hold at least this
+#: many bytes together: half the 32 MiB L3 of the x86 targets' machine class, past which
+#: the output is evicted before anything could read it from cache, and writing it
+#: through the cache only costs a read of every line (write-allocate) and evicts inputs.
+STREAM_MIN_BYTES = 16 << 20
+
+
+def _view_bytes(program: lp.LoopProgram) -> Expr:
+    """The bytes of every view of ``program`` together."""
+    return add(*(mul(_align(_mem_type(p.dtype)), product(p.shape)) for p in program.params))
 
 
 def _chan(b: ir.IRBuilder, x: tuple[ir.Value, ir.Value, ir.Value],
