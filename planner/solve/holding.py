@@ -401,11 +401,16 @@ class Holding:
         if not v.index & 255:
             check_deadline(self.deadline)
         items: list[tuple[int, int, int, int | None]] = []  # start, end, edge, guard
+        remote: dict[tuple[int, int], dict[int, int]] = {}  # _swept's groups, prefilled
         for i in v.edges:
             e = self.edges[i]
             items.append((e.held[0], e.held[1], i, None))
-            for _, end, gd in e.remote:
-                items.append((e.held[1], end, i, gd))
+            if e.remote:  # all start where the direct read ends, and end after it
+                ends = {gd: end for _, end, gd in e.remote}
+                if len(ends) < len(e.remote):  # a guard twice: keep its latest end
+                    for _, end, gd in e.remote:
+                        ends[gd] = max(ends[gd], end)
+                remote[(i, e.held[1])] = ends
             for start, end, gd in e.extra:
                 items.append((start, end, i, gd))
         c = self.carries.get(v.index)
@@ -425,7 +430,7 @@ class Holding:
             start = self.values[c.value].def_point
             for i in v.edges:
                 items.append((start, c.loop_end, i, self._pingpong(c)))
-        return _swept(v, items, self.guards)
+        return _swept(v, items, self.guards, remote)
 
     # ------------------------------------------------------------------ temporaries
 
@@ -528,14 +533,15 @@ class Holding:
 
 
 def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
-           guards: list[Guard]) -> Value:
-    """``v`` with its segments: the held items ``(start, end, edge, guard)`` swept over the
-    cuts.  An unguarded item covers ``[lo, hi)`` (consecutive cuts) iff ``start <= lo <
+           guards: list[Guard], groups: dict[tuple[int, int], dict[int, int]]) -> Value:
+    """``v`` with its segments: the held items ``(start, end, edge, guard)``, and the
+    guarded holds already grouped by ``(edge, start)`` (``groups``: guard -> end), swept
+    over the cuts.  An unguarded item covers ``[lo, hi)`` (consecutive cuts) iff ``start <= lo <
     end``; the guarded items of one edge that start at one point form a
     :class:`GuardChain`, of which a segment names the suffix still covering it.  Linear in
     the items and segments (plus the chains active in each segment)."""
     plain: dict[int, list[int]] = {}  # cut -> +edge / ~edge (start / end of an item)
-    groups: dict[tuple[int, int], dict[int, int]] = {}  # (edge, start) -> guard -> end
+    # ``groups``: (edge, start) -> guard -> end, given some already (filled in here)
     for a, b, i, gd in items:
         if a >= b:
             continue
@@ -577,7 +583,15 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
     active: set[int] = set()  # chains
     chain_ends = [c.ends for c in chains]
     alive: list[int] = []  # sorted(active) with covered edges left out, rebuilt on change
+    events = plain.keys() | opening.keys() | closing.keys()
     for lo, hi in itertools.pairwise(cuts):
+        if lo not in events:  # only the alive chains' suffixes move on: a hot loop
+            if alive:
+                segs.append(Segment(lo, hi, edges, tuple(
+                    [(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])))
+            elif covered:
+                segs.append(Segment(lo, hi, edges, ()))
+            continue
         xs = plain.get(lo)
         changed = False
         if xs:
