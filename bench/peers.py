@@ -6,13 +6,21 @@ Run from the repository root (peers: ``pip install -e '.[bench]'``)::
     python bench/peers.py --quick    # smaller sizes, fewer rounds
     python bench/peers.py --only layernorm --only gelu   # rows whose name has either
 
-Kernels: row softmax and layernorm (1024×4096 and 4096×4096), GELU-tanh (16M), GEMM,
-attention, and the awkward edge sizes (GEMM 300×200×130, softmax 37×1000, attention
-100×77). Peers: numpy (OpenBLAS for the matmuls), numba (``@njit(parallel=True,
-fastmath=True)``), JAX (``jax.jit``, XLA CPU) and Halide (softmax, layernorm, GELU in
-its Python API under the fastest shipped autoscheduler: ``bench/halide_peer.py``); a
-peer that does not import is skipped with a note, numba and Halide have no GEMM or
-attention row.
+Kernels: row softmax and layernorm (1024×4096 and 4096×4096), GELU-tanh (16M), GEMM
+(n = 1024 and 2048), attention (L = S = 1024 and 2048, D = 64), and the awkward edge
+sizes (GEMM 300×200×130, softmax 37×1000, attention 100×77). Peers: numpy (OpenBLAS for
+the matmuls), numba (``@njit(parallel=True, fastmath=True)``), JAX (``jax.jit``, XLA
+CPU) and Halide (softmax, layernorm, GELU in its Python API under the fastest shipped
+autoscheduler: ``bench/halide_peer.py``); a peer that does not import is skipped with a
+note, numba and Halide have no GEMM or attention row. torch.compile (inductor, CPU;
+``pip install -e '.[bench-torch]'``, whose wheel pulls CUDA libraries) runs the JAX
+peer's math, compiled once per shape before the timed rounds. Apache TVM is not a peer:
+it has no wheel on the package registry this project installs from.
+
+References (``bench/references.py``), measured in each child before the rows: a 64 MiB
+copy (bytes read + written per second) and the FMA peak of an llvmlite loop; each row
+gives the planner's share of the one that bounds it (bytes moved for softmax, layernorm
+and GELU; flops for GEMM and attention).
 
 Each thread count runs in its own child process pinned to that many cores
 (``sched_setaffinity``) with every peer limited to it (threadpoolctl for BLAS,
@@ -70,6 +78,12 @@ def _peers(threads: int) -> tuple[dict[str, object], list[str]]:
         mods["jax"] = jax
     except Exception as e:
         notes.append(f"jax skipped: {type(e).__name__}: {e}")
+    try:
+        import torch
+        torch.set_num_threads(threads)
+        mods["torch"] = torch
+    except Exception as e:
+        notes.append(f"torch.compile skipped: {type(e).__name__}: {e}")
     try:
         import halide
         from halide_peer import load_autoschedulers
@@ -161,6 +175,36 @@ def _jax_kernels(jax: object) -> dict[str, Callable[..., object]]:
                                    ("gelu", gelu), ("gemm", gemm), ("attention", attention))}
 
 
+def _torch_kernels(torch: object) -> dict[str, Callable[..., object]]:
+    """The JAX peer's math under ``torch.compile`` (inductor's CPU C++/OpenMP code)."""
+
+    def softmax(x):
+        e = (x - x.amax(dim=1, keepdim=True)).exp()
+        return e / e.sum(dim=1, keepdim=True)
+
+    def layernorm(x, w, b):
+        mean = x.mean(dim=1, keepdim=True)
+        xc = x - mean
+        var = (xc * xc).mean(dim=1, keepdim=True)
+        return xc * (var + 1e-5).rsqrt() * w + b
+
+    def gelu(x):
+        return 0.5 * x * (1.0 + (0.7978845608028654 * (x + 0.044715 * x * x * x)).tanh())
+
+    def gemm(a, b):
+        return a @ b
+
+    def attention(q, k, v):
+        s = (q @ k.T) * (1.0 / np.sqrt(q.shape[1]))
+        p = (s - s.amax(dim=1, keepdim=True)).exp()
+        return (p @ v) / p.sum(dim=1, keepdim=True)
+
+    compile_ = torch.compile  # type: ignore[attr-defined]
+    return {n: compile_(f, dynamic=False) for n, f in (
+        ("softmax", softmax), ("layernorm", layernorm), ("gelu", gelu), ("gemm", gemm),
+        ("attention", attention))}
+
+
 # ------------------------------------------------------------------ workloads
 
 
@@ -194,16 +238,16 @@ def _workloads(quick: bool) -> list[tuple[str, str, object, dict[str, int],
     g = rng.standard_normal((1 if quick else 16) * 2 ** 20).astype(f32)
     out.append((f"gelu-tanh {g.size // 2 ** 20}M", "gelu", gelu.make_gelu(gelu.GeluConfig(4096)),
                 {"N": g.size}, {"X": g}, lambda: np_gelu(g)))
-    s = 512 if quick else 1024
-    for (mm, nn, kk), blk, tag in (((s, s, s), (256, 256, 256), ""),
-                                   ((300, 200, 130), (128, 128, 256), " (edge)")):
+    square = [(512, 512, 512)] if quick else [(1024, 1024, 1024), (2048, 2048, 2048)]
+    for (mm, nn, kk), blk, tag in ([(n3, (256, 256, 256), "") for n3 in square]
+                                   + [((300, 200, 130), (128, 128, 256), " (edge)")]):
         a = rng.standard_normal((mm, kk)).astype(f32)
         bb = rng.standard_normal((kk, nn)).astype(f32)
         out.append((f"gemm {mm}x{nn}x{kk}{tag}", "gemm", gemm.make_gemm(gemm.GemmConfig(*blk, 2)),
                     {"M": mm, "N": nn, "K": kk}, {"A": a, "B": bb},
                     lambda a=a, bb=bb: a @ bb))
-    L = 512 if quick else 1024
-    for (ll, ss), tag in (((L, L), ""), ((100, 77), " (edge)")):
+    square_l = [512] if quick else [1024, 2048]
+    for (ll, ss), tag in [((n2, n2), "") for n2 in square_l] + [((100, 77), " (edge)")]:
         q, k, v = (rng.standard_normal((r, 64)).astype(f32) for r in (ll, ss, ss))
         out.append((f"attention L={ll} S={ss} D=64{tag}", "attention",
                     attention.make_attention(attention.AttentionConfig(64, 64, 2)),
@@ -224,15 +268,18 @@ def _sample(f: Callable[[], object]) -> float:
 def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
           ) -> dict[str, object]:
     _setup_child(threads)
+    from references import copy_bandwidth, fma_peak
     from threadpoolctl import threadpool_limits
 
     from planner.catalog import CatalogRegistry
     from planner.lower import compile_kernel
     from planner.solve import plan_kernel
 
+    refs = {"copy": copy_bandwidth(threads), "fma": fma_peak(threads)}
     mods, notes = _peers(threads)
     nb = _numba_kernels(mods["numba"]) if "numba" in mods else {}
     jx = _jax_kernels(mods["jax"]) if "jax" in mods else {}
+    tc = _torch_kernels(mods["torch"]) if "torch" in mods else {}
     target = CatalogRegistry().get("x86-avx2")
     rows = []
     for name, kind, kernel, bindings, arrays, reference in _workloads(quick):
@@ -253,6 +300,11 @@ def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
         if kind in jx:
             dev = [mods["jax"].device_put(a) for a in args]  # type: ignore[attr-defined]
             variants["jax"] = lambda f=jx[kind], dev=dev: f(*dev).block_until_ready()
+        if kind in tc:
+            tt = [mods["torch"].from_numpy(a) for a in args]  # type: ignore[attr-defined]
+            with mods["torch"].no_grad():  # type: ignore[attr-defined]
+                tc[kind](*tt)  # compile outside the timed rounds
+            variants["torch"] = lambda f=tc[kind], tt=tt: f(*tt).numpy()
         if "halide" in mods and kind in HALIDE_KINDS:
             hl, names = mods["halide"]  # type: ignore[misc]
             run, note = halide_build(hl, kind, list(args), threads, names)
@@ -268,10 +320,19 @@ def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
             for r in range(rounds):
                 for k in (keys if r % 2 == 0 else reversed(keys)):
                     times[k].append(_sample(variants[k]))
-        rows.append({"name": name, "errors": errs,
+        med = statistics.median(times["planner"])
+        if kind in ("gemm", "attention"):  # flops against the FMA peak
+            m, n = want.shape
+            inner = args[0].shape[1]
+            flops = 2 * m * n * inner if kind == "gemm" else 4 * m * args[1].shape[0] * inner
+            share = ("FMA peak", flops / med / refs["fma"] if med else 0.0)
+        else:  # bytes read and written against the copy
+            moved = sum(a.nbytes for a in args) + want.nbytes
+            share = ("copy", moved / med / refs["copy"] if med else 0.0)
+        rows.append({"name": name, "errors": errs, "share": share,
                      "times": {k: (statistics.median(v), min(v), max(v))
                                for k, v in times.items()}})
-    return {"threads": threads, "rows": rows, "notes": notes}
+    return {"threads": threads, "rows": rows, "notes": notes, "refs": refs}
 
 
 def _cell(t: dict[str, list[float]], k: str) -> str:
@@ -305,19 +366,22 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                         env=env).stdout.splitlines()[-1])
-        print(f"{th} thread{'s' if th > 1 else ''}")
+        print(f"{th} thread{'s' if th > 1 else ''}: references: 64 MiB copy "
+              f"{res['refs']['copy'] / 1e9:.1f} GB/s (read + written), FMA peak of an "
+              f"llvmlite loop {res['refs']['fma'] / 1e9:.0f} GFLOP/s")
         for note in res["notes"]:
             print(f"  note: {note}")
-        peers = ["numpy", "numba", "jax", "halide"]
+        peers = ["numpy", "numba", "jax", "torch", "halide"]
         head = ["kernel", "planner ms"] + [f"{p} ms" for p in peers] \
-            + [f"{p} ratio" for p in peers] + ["max |err| (planner)"]
+            + [f"{p} ratio" for p in peers] + ["planner of reference", "max |err| (planner)"]
         lines = [head]
         for r in res["rows"]:
             t = r["times"]
             pm = t["planner"][0]
             lines.append([r["name"], _cell(t, "planner")] + [_cell(t, p) for p in peers]
                          + [f"{t[p][0] / pm:.2f}" if p in t else "n/a" for p in peers]
-                         + [f"{r['errors']['planner']:.1e}"])
+                         + [f"{r['share'][1]:.0%} of {r['share'][0]}",
+                            f"{r['errors']['planner']:.1e}"])
         widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
         for i, line in enumerate(lines):
             print("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w)
