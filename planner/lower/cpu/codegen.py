@@ -40,14 +40,20 @@ exactly like the interpreter (reads outside give the load's fill, writes outside
 dropped).  Reductions keep ``reduce_unroll`` independent vector accumulators (the
 add/max latency chain would otherwise bound them), combine them lane-wise and reduce
 horizontally at the end of the row; a fused nest forwards a value it just wrote to the
-reduction that reads it, so producer and reduction take one pass.
+reduction that reads it, so producer and reduction take one pass.  A plain nest's
+unit-stride view store is streamed (whole cache lines of non-temporal stores, then one
+``sfence`` per call) where the kernel's views are larger than the cache
+(:mod:`planner.lower.cpu.nests`).
 
 Numerics.  Transcendentals use the polynomial vector math of
 :mod:`planner.lower.cpu.vecmath` (``exp``, ``tanh``, ``log``); ``sqrt`` is
 ``llvm.sqrt``.  Arithmetic carries the ``contract`` fast-math flag (FMA contraction: one
 rounding instead of two) and division also ``arcp`` (``x / y`` may become
-``x * (1 / y)``, within an ulp; a division by a row-invariant value then costs one
-reciprocal per row).  Never ``nnan``/``ninf`` (masked attention rows rely on ``-inf``
+``x * (1 / y)``, within an ulp); a division by a value invariant along the vectorized
+variable is emitted as that multiply, with the reciprocal hoisted, in every loop and
+tail alike (one reciprocal per row, and an element's value does not depend on which
+vector it falls in, e.g. on the output's alignment when stores are streamed).  Never
+``nnan``/``ninf`` (masked attention rows rely on ``-inf``
 and NaN propagates as in the interpreter) and never ``reassoc`` (reduction order is the
 explicit one above).  ``max``/``min`` are ``llvm.maximum``/``llvm.minimum``
 (NaN-propagating like numpy).  i32 division by zero gives 0 (the interpreter raises)

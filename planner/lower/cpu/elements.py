@@ -82,6 +82,9 @@ class _Elements(_Memory):
         if u is not None:  # 1 + tanh(u) as 2·sigmoid(2u): one exp, no cancellation
             a, scale = _scaled(u)
             return emit_one_plus_tanh(self.b, self.elem(a, lanes), scale)
+        recip = lanes.cache.get(reciprocal(e.b)) if e.fn is BinaryFn.DIV else None
+        if recip is not None:  # by an invariant divisor: x * (1 / y), 1 / y hoisted
+            return self.b.fmul(self.elem(e.a, lanes), recip, flags=_CONTRACT)
         a, c = self.elem(e.a, lanes), self.elem(e.b, lanes)
         fn = _BINARY.get((e.fn, e.a.dtype))
         if fn is None:
@@ -181,6 +184,14 @@ _BINARY: dict[tuple[BinaryFn, DType], Callable[[_Elements, ir.Value, ir.Value], 
     (BinaryFn.GE, DType.BOOL): _icmp(">=", signed=False),
     (BinaryFn.EQ, DType.BOOL): _icmp("==", signed=False),
 }
+
+
+def reciprocal(d: lp.Elem) -> lp.Elem:
+    """The element ``1 / d`` (f32): where a nest hoists it (``d`` invariant along the
+    vectorized variable), every division by ``d`` is a multiply by it, in every loop and
+    tail alike (not only where LLVM hoists the reciprocal itself), so an element's value
+    does not depend on which vector it falls in."""
+    return lp.Binary(BinaryFn.DIV, lp.Lit(1.0, DType.F32), d, DType.F32)
 
 
 def _one_plus_tanh_arg(e: lp.Binary) -> lp.Elem | None:

@@ -4,19 +4,29 @@ vectors, one masked tail), hoisting of invariant subexpressions and W×W transpo
 copies.  A :class:`~planner.lower.loops.ir.SquaresNest` keeps Welford's running mean and
 centered sum of squares per lane and accumulator (the count is the same for every lane
 of a full vector: one reciprocal per unrolled step), merged by Chan's formula after the
-row."""
+row.
+
+A plain nest (no reduction) whose one view store is unit-stride, in the in-bounds
+version, streams that store when the kernel's views hold at least
+:data:`STREAM_MIN_BYTES` together (checked per row at run time, with the destination's
+alignment): plain stores up to its first cache line, whole lines of aligned
+non-temporal vector stores, plain stores after the last whole line, and one ``sfence``
+before the segment function returns.  Each line of the output is then written without
+first being read (write-allocate) and without evicting the inputs from the cache: past
+the last-level cache, a pass reading one array and writing another moves two thirds of
+the bytes it did."""
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from planner.ir.core import ReduceFn
+from planner.ir.core import BinaryFn, ReduceFn
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Expr, add, mul, product
 from planner.lower.cpu.builder import _align, _mem_type, _reg_type, _vec
 from planner.lower.cpu.context import _Lanes
 from planner.lower.cpu.edge_stores import emit_edge_nest
-from planner.lower.cpu.elements import _COMBINE, _HORIZONTAL, _Elements
+from planner.lower.cpu.elements import _COMBINE, _HORIZONTAL, _Elements, reciprocal
 from planner.lower.cpu.index_exprs import _coeff
 from planner.lower.cpu.jit import host_target
 from planner.lower.cpu.llvm_helpers import F32, I1, I32, I64, c64, declare_function, transpose
@@ -158,6 +168,11 @@ class _Nests(_Elements):
         lanes = _Lanes(w, None, None, edge)
         for r in roots:
             self.elem(r, lanes)
+        one = ir.Constant(_vec(F32, w), [1.0] * w)
+        for p in parts:  # 1 / y of each division by an invariant y (see ``reciprocal``)
+            for d in _invariant_divisors(p.value, lanes.cache):
+                if reciprocal(d) not in lanes.cache:
+                    lanes.cache[reciprocal(d)] = self.b.fdiv(one, lanes.cache[d])
         return lanes.cache
 
     def _inner(self, s: _NestLike, parts: tuple[lp.Nest | lp.ReduceNest, ...],
@@ -261,21 +276,31 @@ class _Nests(_Elements):
                                  self.splat(count, w))
             point(_Lanes(w, var, tail, edge, dict(hoisted)))
 
-        def streamed_row(k: int, head: ir.Value, hoisted: dict[lp.Elem, ir.Value]) -> None:
-            """The row with part ``k``'s stores streamed: the ``head`` lanes before the
-            first vector-aligned address of its destination (masked), full vectors of
-            aligned non-temporal stores, one masked tail."""
-            h = self.smin(head, b.sub(n, lo))
-            with b.if_then(b.icmp_signed(">", h, c64(0))):
-                masked(lo, h, hoisted)
-            lo2 = b.add(lo, h)
-            full = b.add(lo2, b.mul(b.sdiv(b.sub(n, lo2), c64(w)), c64(w)))
-            with self.loop(lo2, full, w, "vs") as base:
+        def plain_vectors(at: ir.Value, stop: ir.Value, hoisted: dict[lp.Elem, ir.Value]
+                          ) -> None:
+            """``[at, stop)`` with plain stores: full vectors, then one masked."""
+            full = b.add(at, b.mul(b.sdiv(b.sub(stop, at), c64(w)), c64(w)))
+            with self.loop(at, full, w, "vp") as base:
                 self.env[var] = base
-                point(_Lanes(w, var, None, edge, dict(hoisted)), streamed=k)
-            rem = b.sub(n, full)
+                point(_Lanes(w, var, None, edge, dict(hoisted)))
+            rem = b.sub(stop, full)
             with b.if_then(b.icmp_signed(">", rem, c64(0))):
                 masked(full, rem, hoisted)
+
+        def streamed_row(k: int, head: ir.Value, hoisted: dict[lp.Elem, ir.Value]) -> None:
+            """The row with part ``k``'s stores streamed: plain stores up to the first
+            cache line of its destination (``head`` elements), whole lines of aligned
+            non-temporal vector stores, plain stores after the last whole line (a line
+            is never written partly by non-temporal stores)."""
+            per_line = _LINE // 4
+            lo2 = b.add(lo, self.smin(head, b.sub(n, lo)))
+            plain_vectors(lo, lo2, hoisted)
+            lines = b.add(lo2, b.mul(b.sdiv(b.sub(n, lo2), c64(per_line)), c64(per_line)))
+            with self.loop(lo2, lines, per_line, "vs") as base:
+                for j in range(0, per_line, w):
+                    self.env[var] = b.add(base, c64(j))
+                    point(_Lanes(w, var, None, edge, dict(hoisted)), streamed=k)
+            plain_vectors(lines, n, hoisted)
 
         with b.if_then(b.icmp_signed(">", n, lo)):
             hoisted = self._hoisted(parts, var, edge)
@@ -311,7 +336,8 @@ class _Nests(_Elements):
         writing a view, 4-byte elements, unit stride along ``var``; None when there is
         none, on a non-x86 host, or when the kernel's views are too small together (see
         :data:`STREAM_MIN_BYTES`)."""
-        if not host_target().triple.startswith(("x86_64", "i386", "i686")):
+        if not host_target().triple.startswith(("x86_64", "i386", "i686")) \
+                or _LINE % (4 * self.cg.config.vector_width):
             return None
         views = [i for i, p in enumerate(parts) if isinstance(p.dest, lp.ViewWrite)]
         if len(views) != 1 or any(not isinstance(p, lp.Nest) for p in parts):
@@ -334,7 +360,7 @@ class _Nests(_Elements):
         b = self.b
         d = p.dest
         assert isinstance(d, lp.ViewWrite)
-        vb = 4 * self.cg.config.vector_width  # bytes of a vector; a power of two
+        vb = _LINE  # stream whole cache lines (a power of two, a multiple of a vector)
         self.env[var] = lo
         addr = b.ptrtoint(b.gep(self.view_ptr(d.view),
                                 [self.iexpr(self.view_offset(d.view, d.index), None)]), I64)
@@ -377,16 +403,21 @@ class _Nests(_Elements):
         return got
 
     def _squares_result(self, p: lp.SquaresNest, slots: list[_Welford], edge: bool) -> None:
-        """``m2 + n·(mean - center)²`` of the merged accumulators (0 for an empty row)."""
+        """``m2 + n·(mean - center)²`` of the merged accumulators (0 for an empty row); the
+        accumulators merge lane-wise, then their lanes pairwise (a tree of vector merges:
+        no chain of ``w`` scalar divisions after each row)."""
         b = self.b
         n, m, q = slots[0].values(self)
         for other in slots[1:]:
             n, m, q = _chan(b, (n, m, q), other.values(self))
-        lanes = [tuple(b.extract_element(x, c64(k)) for x in (n, m, q))
-                 for k in range(n.type.count)]
-        sn, sm, sq = lanes[0]
-        for lane in lanes[1:]:
-            sn, sm, sq = _chan(b, (sn, sm, sq), lane)
+        w = width = n.type.count
+        while width > 1:  # lanes pairwise, as a tree: lane k takes in lane k + width/2
+            half = width // 2
+            idx = ir.Constant(ir.VectorType(I32, w), [(k + half) % w for k in range(w)])
+            n, m, q = _chan(b, (n, m, q), tuple(b.shuffle_vector(x, x, idx)
+                                                for x in (n, m, q)))  # type: ignore[arg-type]
+            width = half
+        sn, sm, sq = (b.extract_element(x, c64(0)) for x in (n, m, q))
         one = _Lanes(1, None, None, edge)
         c = b.extract_element(self.elem(p.center, one), c64(0))
         d = b.fsub(sm, c)
@@ -481,6 +512,7 @@ def _forwarded_only(program: lp.LoopProgram) -> frozenset[str]:
 #: the output is evicted before anything could read it from cache, and writing it
 #: through the cache only costs a read of every line (write-allocate) and evicts inputs.
 STREAM_MIN_BYTES = 16 << 20
+_LINE = 64  # bytes of a cache line; streamed stores write whole lines
 
 
 def _view_bytes(program: lp.LoopProgram) -> Expr:
@@ -512,6 +544,22 @@ def _identity(fn: ReduceFn, dt: DType) -> float | int:
     if dt.is_float:
         return float("-inf")
     return 0 if dt is DType.BOOL else -(2**31)
+
+
+def _invariant_divisors(e: lp.Elem, hoisted: dict[lp.Elem, ir.Value]) -> list[lp.Elem]:
+    """The divisors of the f32 divisions in ``e`` that are hoisted (invariant), where the
+    division itself is not."""
+    out: list[lp.Elem] = []
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x in hoisted:
+            continue
+        if isinstance(x, lp.Binary) and x.fn is BinaryFn.DIV and x.dtype is DType.F32 \
+                and x.b in hoisted and x.b not in out:
+            out.append(x.b)
+        stack.extend(lp.elem_children(x))
+    return out
 
 
 def _invariant_roots(e: lp.Elem, var: str, dests: set[tuple[str, str]],
