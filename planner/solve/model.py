@@ -142,6 +142,15 @@ class BuiltModel:
     holders: dict[int, tuple[frozenset[int], frozenset[int],
                              dict[tuple[bool, bool], dict[str | None, int]]]] = \
         field(default_factory=dict)
+    deadline: float | None = None  # past it, :class:`OutOfTime` (see :meth:`tick`)
+    ticks: int = 0
+
+    def tick(self) -> None:
+        """Count one unit of model-building work; every 256th checks the deadline, so
+        one capacity sum that creates a long chain's site literals is cut short too."""
+        self.ticks += 1
+        if not self.ticks & 255:
+            check_deadline(self.deadline)
 
     def guard(self, group: Group | None) -> list[cp_model.IntVar]:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
@@ -165,7 +174,7 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
                     restrictions=restrictions or {},
                     no_registers=frozenset() if assumptions else _no_registers(problem),
-                    capacity_order=sorted(problem.capacities.items()))
+                    capacity_order=sorted(problem.capacities.items()), deadline=deadline)
     for e in problem.edges:
         _edge_choices(bm, e, restrictions or {}, skip)
     for v in problem.values:
@@ -245,6 +254,7 @@ def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
     if key in bm.held:
         return
     bm.held.add(key)
+    bm.tick()
     v = bm.problem.values[vi]
     if choice is VIRTUAL and v.register is None:
         return
@@ -296,6 +306,7 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
     out: list[Cond] = [False] * len(guards)
     cur: Cond = False
     for j in range(len(guards) - 1, -1, -1):
+        bm.tick()
         lit = guard_literal(bm, guards[j])
         if cur is True or lit is True:
             cur = True
@@ -483,6 +494,7 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
                 and (pt == (t := p.values[e.consumer_value]).def_point or pt in t.sites)]
 
     def compute(key: tuple[str, int, int]) -> Cond:
+        bm.tick()
         _, vj, pt = key
         if pt == p.values[vj].def_point:
             return _home(bm, vj)

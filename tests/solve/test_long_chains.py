@@ -72,3 +72,35 @@ def test_reach_of_a_chain_longer_than_the_recursion_limit(monkeypatch) -> None:
     later = {v.def_point for v in exps[1:]}
     assert later <= held.reach(first.index)
     assert problem.values
+
+
+def test_model_building_checks_the_deadline_inside_one_capacity_sum(monkeypatch) -> None:
+    # The first capacity sum that can bind creates the site literals of a whole chain:
+    # for 1,073 exps that took 36 s in one call, so the deadline is checked inside it too.
+    from planning_support import target, with_capacity
+
+    import planner.solve.model as model
+    from planner.solve.build import build_problem
+    from tests.bench_modules import load_bench
+
+    kernel = load_bench("solve").softmax_chain(120)
+    tight = with_capacity(target("x86-avx2"), "local", 40 * 4 * 70 * 4)  # 40 row blocks
+    problem = build_problem(kernel, tight, {"M": 8, "N": 70})
+    depth, checks = [0], [0]
+    real = model._capacity
+
+    def measured(*args: object) -> None:
+        depth[0] += 1
+        try:
+            real(*args)  # type: ignore[arg-type]
+        finally:
+            depth[0] -= 1
+
+    def counted(deadline: float | None) -> None:
+        checks[0] += depth[0] > 0
+
+    monkeypatch.setattr(model, "_capacity", measured)
+    monkeypatch.setattr(model, "check_deadline", counted)
+    bm = model.build_model(problem, deadline=float("inf"))
+    assert bm.capacity_exprs, "a capacity sum can bind (else nothing is checked inside)"
+    assert checks[0] > 0
