@@ -31,11 +31,11 @@ def relaxed_bound(problem: Problem,
                   restrictions: Mapping[int, frozenset[Decision]] | None = None) -> int:
     """The constant plus, per value, the cheapest way to serve its edges alone, plus, per
     Memory, its cheapest home and version count (each term as :func:`evaluate` charges
-    it; a term that depends on a shared decision, a placement's write or a stall, counts
-    only where it can be negative)."""
+    it; a value's placement write and stall, which depend on shared decisions, count
+    only their negative parts)."""
     out = total(problem.constant)
     for m in problem.memories:
-        out += min(m.home_cost, default=0) + min(min(m.stall, default=0), 0)
+        out += min(m.home_cost, default=0) + min(m.stall, default=0)  # both always paid
     for v in problem.values:
         if v.edges:
             out += _value_bound(problem, v, restrictions)
@@ -49,8 +49,8 @@ def _value_bound(problem: Problem, v: Value,
     # materialized, and a stall only add (unless negative).
     inline: int | None = 0
     home = total(v.home)
-    extra = min(0, min((total(p.write) for p in v.placements), default=0),
-                min(v.stall, default=0))
+    extra = (min(0, min((total(p.write) for p in v.placements), default=0))
+             + min(0, min(v.stall, default=0)))  # both may be paid: each negative part
     for i in v.edges:
         e = problem.edges[i]
         prices = {c: p for c in allowed_choices(problem, e, restrictions)

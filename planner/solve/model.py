@@ -253,8 +253,8 @@ def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
     key = (vi, si, choice)
     if key in bm.held:
         return
+    bm.tick()  # before marking it done: a deadline here leaves nothing half-made
     bm.held.add(key)
-    bm.tick()
     v = bm.problem.values[vi]
     if choice is VIRTUAL and v.register is None:
         return

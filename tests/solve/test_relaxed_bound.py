@@ -88,3 +88,25 @@ def test_an_unproved_plan_reports_at_least_the_relaxation() -> None:
     if quick.status is Status.FEASIBLE:
         assert relaxed_bound(build_problem(k, t, {"M": 64, "N": 64})) <= quick.bound
     assert quick.bound <= quick.objective
+
+
+def test_negative_write_and_stall_both_count() -> None:
+    # Priced terms are never negative today; the bound must not rely on it: a value kept
+    # across stages in a buffer pays its write and its stall, so both negative parts count.
+    import dataclasses
+
+    from planner.solve.baselines import greedy_assignment
+    from planner.solve.costs import PRESERVING, evaluate
+
+    problem = build_problem(kernel("attention"), target("x86-avx2"), bindings("attention"))
+    a = greedy_assignment(problem, {})
+    assert a is not None
+    v = next(v for v in problem.values if a.placement[v.index] is not None and any(
+        a.choices[i] in PRESERVING and problem.edges[i].cross_stage for i in v.edges))
+    cheap = dataclasses.replace(v, stall=tuple(-100_000 for _ in v.stall), placements=tuple(
+        dataclasses.replace(q, write=(("traffic", -100_000),)) for q in v.placements))
+    changed = dataclasses.replace(problem, values=tuple(
+        cheap if w.index == v.index else w for w in problem.values))
+    ev = evaluate(changed, a)
+    assert ev.feasible
+    assert relaxed_bound(changed) <= ev.objective
