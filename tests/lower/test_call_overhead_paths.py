@@ -104,6 +104,27 @@ def test_worker_pool_survives_and_shuts_down() -> None:
     runtime.shutdown_workers()
 
 
+@pytest.mark.parametrize(("least", "splits"), [(0.0, True), (float("inf"), False)])
+def test_a_segment_splits_only_after_its_first_runs_prove_it_long(monkeypatch, least: float,
+                                                                    splits: bool) -> None:
+    # The first _SPLIT_SAMPLES runs of a segment are timed on one worker (the first few
+    # are cold); it is split across workers only when the fastest beat _SPLIT_MIN_S.
+    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", least)
+    runtime.shutdown_workers()
+    k, ck = _softmax(threads=2)
+    x = _x(64, 300, 5)
+    want = _want(k, x)
+    for _ in range(runtime._SPLIT_SAMPLES):
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    assert runtime.worker_threads() == 0  # still deciding: one worker only
+    for _ in range(3):
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    assert (runtime.worker_threads() > 0) is splits
+    runtime.shutdown_workers()
+
+
 def _child(queue) -> None:  # runs in the forked child
     x = _x(400, 3000, 3)
     k, ck = _FORK_STATE["kernel"]
@@ -120,7 +141,7 @@ _FORK_STATE: dict[str, object] = {}
 def test_call_in_a_forked_child() -> None:
     k, ck = _softmax(threads=2)
     x = _x(400, 3000, 3)
-    for _ in range(3):  # the parent has used its workers and the fast path
+    for _ in range(runtime._SPLIT_SAMPLES + 2):  # the parent used its workers, fast path
         ck(X=x, Y=np.empty_like(x))
         ck(X=_x(3, 8, 4), Y=np.empty((3, 8), np.float32))
     _FORK_STATE["kernel"] = (k, ck)

@@ -567,10 +567,11 @@ class CompiledKernel:
         """What a call with these symbols computes before it runs: worker and global
         arena sizes, the addresses of the symbol, stride and bufinfo tables, the instance
         counts per segment, and per segment whether splitting it across workers pays
-        (None until a 1-worker run of it has been timed: see ``_SPLIT_MIN_S``)."""
+        (None before its first run, then the seconds of its 1-worker runs until
+        :data:`_SPLIT_SAMPLES` are in: see ``_SPLIT_MIN_S``)."""
         worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
         counts = [e.evaluate(env) for e in self._instances]
-        split: list[bool | None] = [None] * len(counts)
+        split: list[bool | list[float] | None] = [None] * len(counts)
         return (worker_size, global_size, _addr(table), counts, _addr(syms), _addr(strides),
                 split)
 
@@ -601,12 +602,15 @@ class CompiledKernel:
                 if n <= 0:
                     continue
                 chunks = min(threads, n)
-                if chunks > 1 and not split[i]:
+                s = split[i]
+                if chunks > 1 and s is not True:
                     chunks = 1
-                    if split[i] is None:  # time it on one worker, then decide
+                    if s is not False:  # time its first 1-worker runs, then decide
                         t0 = time.perf_counter()
                         _run_segment(fn, n, 1, base, arenas, tail)
-                        split[i] = time.perf_counter() - t0 > _SPLIT_MIN_S
+                        runs = (s or []) + [time.perf_counter() - t0]
+                        split[i] = runs if len(runs) < _SPLIT_SAMPLES \
+                            else min(runs) > _SPLIT_MIN_S
                         continue
                 _run_segment(fn, n, chunks, base, arenas, tail)
         finally:
@@ -685,10 +689,15 @@ def _addr(a: np.ndarray) -> int:
 
 
 _ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no more)
-#: a segment whose 1-worker run takes less than this stays on the calling thread: handing
-#: instances to a pool worker costs ~50-70 µs on this VM, more than splitting saves
-#: (instances are independent, so the split never changes a result)
-_SPLIT_MIN_S = 150e-6
+#: a segment whose 1-worker run takes less than this (the fastest of its first
+#: :data:`_SPLIT_SAMPLES` runs: the first few run 2-4x slower, caches and pages cold)
+#: stays on the calling thread: waking a pool worker and sharing the pieces cost
+#: ~150-200 µs on this VM, more than splitting saves below ~0.4 ms (a 300x200x130 GEMM
+#: took 0.31 ms on one worker and 0.40 ms split, a 200x1000 softmax 0.24 and 0.30 ms; a
+#: 400x1000 softmax 0.48 and 0.44 ms).  Instances are independent, so the split never
+#: changes a result.
+_SPLIT_MIN_S = 400e-6
+_SPLIT_SAMPLES = 5
 
 
 def _aligned(nbytes: int) -> np.ndarray:
