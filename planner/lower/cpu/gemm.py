@@ -770,7 +770,7 @@ def _emit_spin_wait(module: ir.Module, name: str) -> ir.Function:
     b.call(sched_yield, [])
     b.branch(check)
     b.position_at_end(check)
-    if host_target().triple.startswith(("x86_64", "i386", "i686")):
+    if host_target().x86:
         pause = declare_function(module, "llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), []))
         b.call(pause, [])
     b.cbranch(b.icmp_signed(">", elapsed, max_cycles), no, poll)

@@ -122,6 +122,12 @@ class TargetSpec:
     def key(self) -> str:
         return f"{self.triple}|{self.cpu}|{self.features}"
 
+    @property
+    def x86(self) -> bool:
+        """Whether the code is x86 (x86 intrinsics such as ``pause``, ``sfence`` and
+        non-temporal stores apply)."""
+        return self.triple.startswith(("x86_64", "i386", "i686"))
+
 
 def host_target() -> TargetSpec:
     """The host's triple, CPU name and features (computed once, then memoized)."""
@@ -152,7 +158,7 @@ def catalog_target(cpu: Any) -> TargetSpec:
     triple = host_target().triple
     features = [f"+{f}" for f in cpu.llvm_features]
     wide = any(f.startswith(("avx512", "avx10")) for f in cpu.llvm_features)
-    if triple.startswith(("x86_64", "i386", "i686")) and not wide:
+    if TargetSpec(triple, "", "").x86 and not wide:
         features.append("-avx512f")
     return TargetSpec(triple=triple, cpu=cpu.llvm_cpu, features=",".join(features))
 

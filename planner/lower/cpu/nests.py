@@ -336,7 +336,7 @@ class _Nests(_Elements):
         writing a view, 4-byte elements, unit stride along ``var``; None when there is
         none, on a non-x86 host, or when the kernel's views are too small together (see
         :data:`STREAM_MIN_BYTES`)."""
-        if not host_target().triple.startswith(("x86_64", "i386", "i686")) \
+        if not host_target().x86 \
                 or _LINE % (4 * self.cg.config.vector_width):
             return None
         views = [i for i, p in enumerate(parts) if isinstance(p.dest, lp.ViewWrite)]
