@@ -12,9 +12,10 @@ to a few counts that the dataflow graph alone determines (:func:`estimate_model_
 
 ``figure = 4 × edges + 2 × sites + 2 × holders`` tracks the model's variable count and
 its build time (about linear in it: measured on softmax with chained ``exp`` and on
-random DAGs; the chain of ``N`` exps has ``N²/2`` sites, the price of letting every
-value be inlined arbitrarily far).  A service refuses a kernel whose ``figure``
-exceeds its ``limit`` before any model building (HTTP 413 naming both).  The graph is
+random DAGs; the chain of ``N`` exps has ``N²/2`` sites unbounded, about ``N × 32``
+under the default inline depth limit of :mod:`planner.solve.inline_depth`).  A
+service refuses a kernel whose ``figure`` exceeds its ``limit`` before any model
+building (HTTP 413 naming both).  The graph is
 built once (linear) and reach sets are bitsets, so the estimate costs a small fraction
 of :func:`~planner.solve.build.build_problem`.
 """
@@ -26,11 +27,13 @@ from dataclasses import dataclass
 
 from planner.ir.core import Kernel
 from planner.ir.graph import dataflow_graph, live_edges
+from planner.solve.inline_depth import hop_within_limit, longest_inline_paths
 from planner.solve.legality import is_inlinable_kind
+from planner.solve.problem import MAX_INLINE_DEPTH
 
-#: The default ``limit``: a softmax with about 700 chained ``exp`` (400: 334,570, planned
-#: in about 8 s on 2 cores), or some 100,000 edges of a DAG whose values reach a few
-#: points ahead.
+#: The default ``limit``: a softmax with about 14,000 chained ``exp`` (1,073: 75,380,
+#: planned in about 2 s on 2 cores), or some 13,000 edges of the random DAGs of
+#: ``bench/solve.py`` (10,000: 735,448).
 DEFAULT_MODEL_LIMIT = 1_000_000
 
 
@@ -61,11 +64,14 @@ class ModelBudget:
 
 
 def estimate_model_size(kernel: Kernel, bindings: Mapping[str, int] | None = None,
-                        limit: int = DEFAULT_MODEL_LIMIT) -> ModelBudget:
+                        limit: int = DEFAULT_MODEL_LIMIT,
+                        max_inline_depth: int = MAX_INLINE_DEPTH) -> ModelBudget:
     """Count what the planning model of ``kernel`` will hold, without building it.
 
     The target does not enter (the counts are the graph's); ``bindings`` are the
-    symbol values planning would use (unbound symbols are fine here).
+    symbol values planning would use (unbound symbols are fine here);
+    ``max_inline_depth`` is the planning's inline depth limit
+    (:mod:`planner.solve.inline_depth`, applied to the inlinable kinds' edges).
     """
     g = dataflow_graph(kernel, {k: int(v) for k, v in (bindings or {}).items()})
     edges = live_edges(g)
@@ -74,15 +80,21 @@ def estimate_model_size(kernel: Kernel, bindings: Mapping[str, int] | None = Non
     consumers: dict[str, list[str]] = {}
     for u, v, _ in edges:
         consumers.setdefault(u, []).append(v)
+    values = sorted(consumers, key=order.__getitem__)
+    index = {n: i for i, n in enumerate(values)}
+    longest = longest_inline_paths(len(values), lambda i: [
+        index.get(c) for c in consumers[values[i]]] if is_inlinable_kind(kind[values[i]])
+        else [])
     reach: dict[str, int] = {}  # node -> bitset of later points where it may be evaluated
     last: dict[str, int] = {}  # value -> last point where it may be read
     sites = holders = 0
-    for n in sorted(consumers, key=order.__getitem__, reverse=True):
+    for n in reversed(values):
         bits = 0
         end = order[n]
         for c in consumers[n]:
             end = max(end, order[c], reach.get(c, 0).bit_length() - 1)
-            if is_inlinable_kind(kind[n]):
+            if is_inlinable_kind(kind[n]) and hop_within_limit(
+                    longest, index[n], index.get(c), max_inline_depth):
                 bits |= (1 << order[c]) | reach.get(c, 0)
         reach[n] = bits
         last[n] = end

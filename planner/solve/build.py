@@ -30,12 +30,21 @@ from planner.realize.pipeline import KernelIndex, pipeline_schedule
 from planner.solve.context import Context, executions_of, node_terms, owner_of
 from planner.solve.figures import Figures
 from planner.solve.holding import Holding
+from planner.solve.inline_depth import (
+    depth_limit_reason,
+    hop_within_limit,
+    longest_inline_paths,
+)
 from planner.solve.legality import SINKS
 from planner.solve.memories import memory_occupants
 from planner.solve.pricing import price_edge, price_reads, price_value
 from planner.solve.problem import (
     CHOICES,
+    FUSED,
+    MAX_INLINE_DEPTH,
+    RECOMPUTED,
     TRAFFIC,
+    Edge,
     LivePoint,
     MemoryOccupant,
     Point,
@@ -53,14 +62,19 @@ T = TypeVar("T")
 
 
 def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None = None,
-                  policy: Policy = Policy.DEFAULT, *, deadline: float | None = None
-                  ) -> Problem:
+                  policy: Policy = Policy.DEFAULT, *, deadline: float | None = None,
+                  max_inline_depth: int = MAX_INLINE_DEPTH) -> Problem:
     """Price every choice of every live edge of ``kernel`` on ``target``.
 
     Every size must be concrete: unbound symbols raise :class:`PlannerError` naming them.
     Past ``deadline`` (a ``time.perf_counter()`` instant) :class:`OutOfTime` is raised,
     checked between the steps and every few hundred edges or values inside them.
+    ``max_inline_depth``: the inline depth limit of every plan of the problem
+    (:mod:`planner.solve.inline_depth`).
     """
+    if max_inline_depth < 1:
+        raise PlannerError(Diagnostic(
+            f"max_inline_depth must be at least 1, got {max_inline_depth}"), kind="invalid")
     env = {k: int(v) for k, v in (bindings or {}).items()}
     policy = Policy(policy)
     _check_bound(kernel, env)
@@ -88,6 +102,7 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
                        i, deadline) for i, n in enumerate(producers)]
     edges = [_checked(price_reads(ctx, e, values[e.value]), e.index, deadline)
              for e in raw_edges]
+    edges = _depth_limited(ctx, values, edges, value_of, max_inline_depth)
     held = Holding(ctx, values, edges, value_of, deadline=deadline)
     values, edges = held.values, held.edges
     temps = held.temps()
@@ -109,7 +124,29 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
                    tuple(values), tuple(edges), tuple(memories), points, tuple(live),
                    capacities, constant, tuple(ctx.static_infeasible), tuple(used),
-                   tuple(held.guards), tuple(temps))
+                   tuple(held.guards), tuple(temps), max_inline_depth)
+
+
+def _depth_limited(ctx: Context, values: list[Value], edges: list[Edge],
+                   value_of: Mapping[str, int], limit: int) -> list[Edge]:
+    """``edges`` with fusion and recomputation refused where the inline depth limit
+    cuts inlining chains (:mod:`planner.solve.inline_depth`)."""
+    inlining = (FUSED, RECOMPUTED)
+    consumer = [value_of.get(ctx.node_by_name[e.consumer]) for e in edges]
+    longest = longest_inline_paths(len(values), lambda vi: [
+        consumer[i] for i in values[vi].edges
+        if any(edges[i].legal(c) for c in inlining)])
+    if max(longest, default=0) <= limit:
+        return edges
+    out = []
+    for e, c in zip(edges, consumer, strict=True):
+        if c is not None and not hop_within_limit(longest, e.value, c, limit) and any(
+                e.legal(d) for d in inlining):
+            why = depth_limit_reason(longest, e.value, c, limit)
+            e = dataclasses.replace(e, illegal=(*e.illegal, *(
+                (d, why) for d in inlining if e.legal(d))))
+        out.append(e)
+    return out
 
 
 def _checked(item: T, i: int, deadline: float | None) -> T:

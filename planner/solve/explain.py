@@ -38,6 +38,7 @@ from planner.solve.costs import (
     illegal_text,
     total,
 )
+from planner.solve.inline_depth import RULE
 from planner.solve.model import (
     BuiltModel,
     Group,
@@ -214,10 +215,17 @@ def edge_reason(problem: Problem, a: Assignment, ev: Evaluation, e: Edge,
     cheaper = sorted((p, i, alt) for i, alt in enumerate(CHOICES) if alt is not c
                      and e.legal(alt) and (p := _isolated(problem, e, alt)) is not None
                      and mine is not None and p < mine)
+    cut = next((why for _, why in e.illegal if why.startswith(RULE)), None)
+    if cut is not None and c in PRESERVING:  # refused by the limit, not by the hardware
+        head = f"{head}; not inlined: {cut}"
+    else:
+        cut = None
     if cheaper:
         alt = cheaper[0][2]
         return f"{head}; {alt.value} would cost less but " + _blocked(
             problem, a, e, alt, restrictions, baseline)
+    if cut is not None:
+        return head
     if baseline is not None and restrictions and e.index in restrictions:
         return f"{head}; {describe(baseline, problem, e)}"
     if (v.policy == "preserve" and c in PRESERVING) or (v.policy == "inline" and c in INLINING):

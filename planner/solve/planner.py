@@ -67,6 +67,7 @@ from planner.solve.costs import (
 from planner.solve.evaluator import Held, held_at_points
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.model import OutOfTime, build_model, fallback_assignment, solve
+from planner.solve.problem import MAX_INLINE_DEPTH
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference
 # evaluation, and the least any search is given.
@@ -80,9 +81,11 @@ E = TypeVar("E", bound=Enum)
 
 def content_hash(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
                  policy: Policy, baseline: Baseline | None,
-                 bounds: Mapping[str, tuple[int, int]] | None = None) -> str:
-    """sha256 of what determines a plan: structure, catalog, bindings, policy, baseline
-    and the declared symbol bounds (they decide proofs)."""
+                 bounds: Mapping[str, tuple[int, int]] | None = None,
+                 max_inline_depth: int = MAX_INLINE_DEPTH) -> str:
+    """sha256 of what determines a plan: structure, catalog, bindings, policy, baseline,
+    the declared symbol bounds (they decide proofs) and a non-default inline depth
+    limit."""
     content = {
         "kernel": print_kernel(kernel, PrintOptions(locations=False)),
         "catalog": target.content_hash or target.name,
@@ -90,6 +93,8 @@ def content_hash(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
         "policy": policy.value,
         "baseline": baseline.value if baseline else None,
     }
+    if max_inline_depth != MAX_INLINE_DEPTH:
+        content["max_inline_depth"] = max_inline_depth
     if bounds:
         content["bounds"] = sorted((k, list(v)) for k, v in bounds.items())
     payload = json.dumps(content, sort_keys=True)
@@ -101,7 +106,8 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
                 time_limit_s: float = 10.0, workers: int = 2,
                 progress: Progress | None = None,
                 bounds: Mapping[str, tuple[int, int]] | None = None,
-                on_phase: Callable[[str, float], None] | None = None) -> MaterializationPlan:
+                on_phase: Callable[[str, float], None] | None = None,
+                max_inline_depth: int = MAX_INLINE_DEPTH) -> MaterializationPlan:
     """Plan every live edge of ``kernel`` on ``target``; see the module docstring.
 
     ``time_limit_s`` bounds the whole call: the proofs, model building and the CP-SAT
@@ -116,6 +122,8 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
     over where no binding fixes them; ``on_phase(name, seconds)`` is called as each phase
     ends (``build``, ``proofs``, ``model``, ``solve``, ``evaluate``/``explain``: what
     :attr:`MaterializationPlan.phases` records), so a caller can show progress live.
+    ``max_inline_depth``: how many consumers inlined further a value may be fused or
+    recomputed through (:mod:`planner.solve.inline_depth`).
     """
     phases: list[tuple[str, float]] = []
     clock = [time.perf_counter()]
@@ -129,7 +137,7 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
             on_phase(*phases[-1])
 
     plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
-                        progress, bounds, phase, deadline)
+                        progress, bounds, phase, deadline, max_inline_depth)
     phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
     return dataclasses.replace(plan, phases=tuple(phases),
                                copies=plan_copies(kernel, target, bindings, plan))
@@ -139,15 +147,17 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                  policy: Policy | str, baseline: Baseline | str | None, time_limit_s: float,
                  workers: int, progress: Progress | None,
                  bounds: Mapping[str, tuple[int, int]] | None,
-                 phase: Callable[[str], None], deadline: float) -> MaterializationPlan:
+                 phase: Callable[[str], None], deadline: float, max_inline_depth: int
+                 ) -> MaterializationPlan:
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
-    problem = build_problem(kernel, target, bindings, policy)
+    problem = build_problem(kernel, target, bindings, policy,
+                            max_inline_depth=max_inline_depth)
     phase("build")
     proofs = run_proofs(kernel, target, bindings, _left(deadline), bounds)
     phase("proofs")
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
-    digest = content_hash(kernel, target, bindings, policy, base, bounds)
+    digest = content_hash(kernel, target, bindings, policy, base, bounds, max_inline_depth)
     header = _Header(problem, policy, base, proofs, digest, target)
     # Capacity is the CP-SAT model's own business (it trades versions and placement and
     # explains the binding group); any other refuted proof makes every plan illegal.

@@ -60,7 +60,9 @@ def test_reach_of_a_chain_longer_than_the_recursion_limit(monkeypatch) -> None:
             captured.append(self)
 
         monkeypatch.setattr(Holding, "__init__", spy)
-        problem = build_problem(kernel, CatalogRegistry().get("x86-avx2"), {"M": 8, "N": 8})
+        # no inline depth limit within the chain: every later point is a site
+        problem = build_problem(kernel, CatalogRegistry().get("x86-avx2"), {"M": 8, "N": 8},
+                                max_inline_depth=1000)
     finally:
         sys.setrecursionlimit(old)
     held = captured[0]
@@ -85,7 +87,7 @@ def test_model_building_checks_the_deadline_inside_one_capacity_sum(monkeypatch)
 
     kernel = load_bench("solve").softmax_chain(120)
     tight = with_capacity(target("x86-avx2"), "local", 40 * 4 * 70 * 4)  # 40 row blocks
-    problem = build_problem(kernel, tight, {"M": 8, "N": 70})
+    problem = build_problem(kernel, tight, {"M": 8, "N": 70}, max_inline_depth=1000)
     depth, checks = [0], [0]
     real = model._capacity
 
