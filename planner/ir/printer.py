@@ -266,6 +266,7 @@ class ValueNamer:
         self.names: dict[Value, str] = {}
         self._used: set[str] = set()
         self._next = 0
+        self._suffix: dict[str, int] = {}  # hint -> the first suffix that may be free
 
     def __getitem__(self, value: Value) -> str:
         """The name of ``value`` (without ``%``), choosing one on first sight."""
@@ -278,10 +279,14 @@ class ValueNamer:
                 self._next += 1
             name = str(self._next)
             self._next += 1
-        else:
-            name, i = hint, 0
-            while name in self._used:
-                name, i = f"{hint}_{i}", i + 1
+        elif hint not in self._used:
+            name = hint
+        else:  # names are never freed: the suffixes tried before stay taken
+            i = self._suffix.get(hint, 0)
+            while f"{hint}_{i}" in self._used:
+                i += 1
+            name = f"{hint}_{i}"
+            self._suffix[hint] = i + 1
         self._used.add(name)
         self.names[value] = name
         return name

@@ -51,6 +51,10 @@ from planner.solve.model import (
 
 #: Components are batched into parts of at least this many variables (fewer searches).
 BATCH_VARS = 2000
+#: The tie-break batches components under ``TIE_SMALL_VARS`` variables into parts of
+#: ``TIE_BATCH_VARS`` (one CP-SAT call costs ~1 ms whatever its size).
+TIE_SMALL_VARS = 64
+TIE_BATCH_VARS = 1000
 #: Models with fewer variables are solved whole: splitting cannot pay for itself there.
 MIN_SPLIT_VARS = 2 * BATCH_VARS
 
@@ -64,6 +68,7 @@ class Part:
     model: cp_model.CpModel
     index: dict[int, int]  # variable index in the whole model -> index in ``model``
     terms: tuple[tuple[int, int], ...]  # objective (part variable literal, coefficient)
+    components: int = 1  # independent components batched into it
 
     def literal(self, lit: int) -> cp_model.IntVar:
         """The part's literal for the whole model's literal index ``lit`` (negated < 0)."""
@@ -105,11 +110,14 @@ def _find(parent: list[int], a: int) -> int:
 
 
 def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
-          batch: int = BATCH_VARS, min_vars: int = MIN_SPLIT_VARS) -> list[Part] | None:
+          batch: int = BATCH_VARS, min_vars: int = MIN_SPLIT_VARS,
+          small: int | None = None) -> list[Part] | None:
     """The independent parts of ``model`` with its objective ``terms`` (literal,
     coefficient) split among them, its solution hint too; None when it is one part (or
     has fewer than ``min_vars`` variables, or assumptions, or a constraint kind this
-    module does not copy)."""
+    module does not copy).  Components of fewer than ``small`` variables (default
+    ``batch``) share parts, each filled until it has ``batch`` variables."""
+    small = batch if small is None else small
     proto = model.Proto()
     n = len(proto.variables)
     if n < min_vars or proto.assumptions or len(proto.search_strategy):
@@ -135,15 +143,17 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
         return None
     group: dict[int, int] = {}  # component root -> part number, in first-variable order
     filled: list[int] = []
+    last_small = False  # the last part holds small components (more may join it)
     for r in roots:
         if r in group:
             continue
-        if filled and filled[-1] < batch and size[r] < batch:
+        if filled and filled[-1] < batch and size[r] < small and last_small:
             group[r] = len(filled) - 1
             filled[-1] += size[r]
         else:
             group[r] = len(filled)
             filled.append(size[r])
+        last_small = size[r] < small
     if len(filled) == 1:
         return None
     models = [cp_model.CpModel() for _ in filled]
@@ -167,8 +177,11 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
         i = lit.Index()
         p = group[roots[_var(i)]]
         parts_terms[p].append((_map(index[p], [i])[0], coeff))
-    return [Part(m, ix, tuple(t)) for m, ix, t in zip(models, index, parts_terms,
-                                                      strict=True)]
+    count = [0] * len(filled)
+    for r in group:
+        count[group[r]] += 1
+    return [Part(m, ix, tuple(t), k) for m, ix, t, k in zip(models, index, parts_terms, count,
+                                                            strict=True)]
 
 
 def _remap(c: object, index: dict[int, int]) -> None:
@@ -225,7 +238,7 @@ class _PartView:
 
 def tie_break_parts(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]],
                     first: cp_model.CpSolver, workers: int, deadline: float,
-                    batch: int = 1, min_vars: int = MIN_SPLIT_VARS
+                    batch: int = TIE_BATCH_VARS, min_vars: int = MIN_SPLIT_VARS
                     ) -> tuple[Assignment, bool] | None:
     """:func:`planner.solve.model._tie_break` part by part: the whole model's proven
     optimum ``first`` restricted to each part is that part's optimum (the objective is a
@@ -235,13 +248,34 @@ def tie_break_parts(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]],
     The search for the optimum stays on the whole model (one time budget, no share to
     guess per part); the tie-break's proofs, which otherwise re-prove the whole optimum
     once more, become one small proof per part (components are not batched here: one
-    proof over two independent components is much harder than the two proofs)."""
-    parts = split(bm.model, terms, batch, min_vars)
+    proof over two independent components is much harder than the two proofs), except
+    tiny ones (under :data:`TIE_SMALL_VARS` variables), shared ``batch`` variables to a
+    part: a softmax with 1,073 chained exps has a thousand components of about 13, each
+    already its greatest optimum (a thousand 1 ms proofs against eight).  A batch that
+    one proof does not settle (some component moves up) is redone component by
+    component, so ties cost what they did unbatched."""
+    parts = split(bm.model, terms, batch, min_vars, small=TIE_SMALL_VARS)
     if parts is None:
         return None
     joint = _Joint(0)
     joint.values = [bool(x) for x in first.ResponseProto().solution]
-    order = _orders(parts, tiebreak_order(bm))
+    whole_order = tiebreak_order(bm)
+    unsettled: set[int] = set()  # whole-model variables of batches one proof did not settle
+    proved = _greatest_parts(parts, whole_order, joint, workers, deadline, unsettled)
+    if unsettled:
+        singles = [part for part in split(bm.model, terms, batch=1, min_vars=0) or []
+                   if next(iter(part.index)) in unsettled]
+        proved = _greatest_parts(singles, whole_order, joint, workers, deadline) and proved
+    return decode(bm, joint), proved
+
+
+def _greatest_parts(parts: list[Part], whole_order: list[cp_model.IntVar], joint: _Joint,
+                    workers: int, deadline: float, unsettled: set[int] | None = None
+                    ) -> bool:
+    """Each part's greatest optimum from ``joint``'s values, written back into it; with
+    ``unsettled``, a batch of components gets one proof, and its variables go there when
+    that does not settle it (``joint`` keeps them).  Whether every part was proved."""
+    order = _orders(parts, whole_order)
     proved = True
     for part in parts:
         if not order[id(part)]:
@@ -249,12 +283,16 @@ def tie_break_parts(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]],
         own = [(_literal(part, i), c) for i, c in part.terms]
         view = _PartView(part, joint)
         value = sum(c for lit, c in own if view.BooleanValue(lit))
+        batched = unsettled is not None and part.components > 1
         winner, ok = lex_greatest(part.model, own, order[id(part)], value, view,  # type: ignore[arg-type]
-                                  workers, deadline)
+                                  workers, deadline, max_rounds=1 if batched else None)
+        if batched and not ok and time.perf_counter() < deadline:
+            unsettled.update(part.index)  # type: ignore[union-attr]
+            continue
         if winner is not view:
             joint.take(part, winner)
         proved = proved and ok
-    return decode(bm, joint), proved
+    return proved
 
 
 def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,

@@ -988,13 +988,17 @@ def _tie_break(bm: BuiltModel, terms: list[tuple[cp_model.IntVar, int]], value: 
 
 def lex_greatest(model: cp_model.CpModel, terms: list[tuple[cp_model.IntVar, int]],
                  order: list[cp_model.IntVar], value: int, first: cp_model.CpSolver,
-                 workers: int, deadline: float) -> tuple[cp_model.CpSolver, bool]:
+                 workers: int, deadline: float, max_rounds: int | None = None
+                 ) -> tuple[cp_model.CpSolver, bool]:
     """:func:`_tie_break`'s rounds on ``model``: the search holding the lexicographically
     greatest optimum over ``order`` (its variables keep ``model``'s indices), and whether
-    that is proved before ``deadline``."""
+    that is proved before ``deadline`` (or within ``max_rounds`` rounds)."""
     current = [first.BooleanValue(lit) for lit in order]
     best = first
-    while (left := deadline - time.perf_counter()) > 0.01:
+    rounds = 0
+    while (left := deadline - time.perf_counter()) > 0.01 and (
+            max_rounds is None or rounds < max_rounds):
+        rounds += 1
         m = model.Clone()
         if terms:
             m.Add(sum(c * _twin(m, lit) for lit, c in terms) <= value)

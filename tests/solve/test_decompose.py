@@ -10,7 +10,15 @@ from planning_support import target
 from test_plan_budget import repeated_softmax
 
 from planner.solve import build_problem, model
-from planner.solve.decompose import _literal, _orders, solve_parts, split, tie_break_parts
+from planner.solve.decompose import (
+    _greatest_parts,
+    _Joint,
+    _literal,
+    _orders,
+    solve_parts,
+    split,
+    tie_break_parts,
+)
 from planner.solve.model import _solver, build_model, lex_greatest, objective_terms, solve
 
 # registers bind at every softmax (4×16 f32 tiles), and the softmaxes share no live range
@@ -123,3 +131,33 @@ def test_tie_break_part_by_part_is_the_whole_models() -> None:
     assert parts_proved
     assert assignment == model.decode(bm, whole)
     assert solve(build_model(p)).assignment == assignment
+
+
+def test_tiny_components_share_parts_and_keep_the_whole_models_tie_break() -> None:
+    # 400 independent three-way ties (3 variables each): one part apiece unbatched, two
+    # parts batched (``small`` = 64); one proof does not settle a batch whose ties move
+    # up, so its components are redone one by one: the same greatest optimum
+    m = cp_model.CpModel()
+    groups = [[m.NewBoolVar(f"g{g}_{i}") for i in range(3)] for g in range(400)]
+    for lits in groups:
+        m.AddExactlyOne(lits)
+    order = [lits[(g * 7) % 3] for g, lits in enumerate(groups)] + \
+        [lit for lits in groups for lit in lits]
+    assert len(split(m, [], batch=1, min_vars=0) or []) == 400
+    parts = split(m, [], batch=1000, min_vars=0, small=64)
+    assert parts is not None and [(len(p.index), p.components) for p in parts] == \
+        [(1002, 334), (198, 66)]
+    m.Minimize(0)
+    first = _solver(5, 1)
+    assert first.Solve(m) == cp_model.OPTIMAL
+    joint = _Joint(0)
+    joint.values = [bool(x) for x in first.ResponseProto().solution]
+    deadline = time.perf_counter() + 60
+    unsettled: set[int] = set()
+    _greatest_parts(parts, order, joint, 1, deadline, unsettled)
+    singles = [p for p in split(m, [], batch=1, min_vars=0) or []
+               if next(iter(p.index)) in unsettled]
+    assert _greatest_parts(singles, order, joint, 1, deadline)
+    # the greatest optimum, by hand: each group's first literal in the order is set
+    expected = [lit is lits[(g * 7) % 3] for g, lits in enumerate(groups) for lit in lits]
+    assert [joint.values[lit.Index()] for lits in groups for lit in lits] == expected
