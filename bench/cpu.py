@@ -59,7 +59,7 @@ from planner.lower import compile_kernel  # noqa: E402
 from planner.lower.cpu.jit import host_target  # noqa: E402
 from planner.solve import Baseline, plan_kernel  # noqa: E402
 
-TARGET = CatalogRegistry().get("x86-avx2")
+TARGET = CatalogRegistry().get("host")  # --target
 THREADS = (2, 1)
 QUIET_S = 0.0  # set by --wait-quiet
 
@@ -498,9 +498,13 @@ def main() -> None:
     parser.add_argument("--only", choices=SECTIONS, action="append")
     parser.add_argument("--wait-quiet", type=float, default=5.0, metavar="S",
                         help="before each round wait up to S s for a >= 90%% idle machine")
+    parser.add_argument("--target", default="host",
+                        help="catalog to plan and lower for (default: host, the catalog "
+                             "matching this CPU)")
     args = parser.parse_args()
-    global QUIET_S
+    global QUIET_S, TARGET
     QUIET_S = args.wait_quiet
+    TARGET = CatalogRegistry().get(args.target)
     reps = args.reps or (3 if args.quick else 7)
     only = set(args.only or SECTIONS)
     spec = host_target()

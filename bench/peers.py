@@ -265,8 +265,8 @@ def _sample(f: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
-          ) -> dict[str, object]:
+def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None,
+          target_name: str = "host") -> dict[str, object]:
     _setup_child(threads)
     from references import copy_bandwidth, fma_peak
     from threadpoolctl import threadpool_limits
@@ -280,7 +280,7 @@ def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None
     nb = _numba_kernels(mods["numba"]) if "numba" in mods else {}
     jx = _jax_kernels(mods["jax"]) if "jax" in mods else {}
     tc = _torch_kernels(mods["torch"]) if "torch" in mods else {}
-    target = CatalogRegistry().get("x86-avx2")
+    target = CatalogRegistry().get(target_name)
     rows = []
     for name, kind, kernel, bindings, arrays, reference in _workloads(quick):
         if only and not any(o in name for o in only):
@@ -350,18 +350,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, action="append", help="thread counts (1, 2)")
     ap.add_argument("--only", action="append", metavar="TEXT",
                     help="only rows whose name contains TEXT (repeatable)")
+    ap.add_argument("--target", default="host",
+                    help="catalog planner plans and lowers for (default: host, the "
+                         "catalog matching this CPU)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     rounds = args.rounds or (5 if args.quick else 9)
     if args.child:
-        print(json.dumps(child(args.threads[0], args.quick, rounds, args.only)))
+        print(json.dumps(child(args.threads[0], args.quick, rounds, args.only, args.target)))
         return
-    print(f"host {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"numpy {np.__version__}; median of {rounds} interleaved rounds "
-          "(min..max); ratio = peer median / planner median (> 1: planner faster)\n")
+    from planner.catalog import CatalogRegistry
+    from planner.lower.cpu.jit import host_target
+
+    print(f"host {platform.processor() or platform.machine()} (LLVM cpu "
+          f"{host_target().cpu}), {os.cpu_count()} cores, numpy {np.__version__}; "
+          f"planner plans for {CatalogRegistry().get(args.target).name}; median of "
+          f"{rounds} interleaved rounds (min..max); ratio = peer median / planner median "
+          "(> 1: planner faster)\n")
     for th in args.threads or [1, 2]:
         cmd = [sys.executable, __file__, "--child", "--threads", str(th),
-               "--rounds", str(rounds)] + (["--quick"] if args.quick else []) \
+               "--rounds", str(rounds), "--target", args.target] \
+            + (["--quick"] if args.quick else []) \
             + [a for o in args.only or [] for a in ("--only", o)]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
