@@ -871,7 +871,8 @@ def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolv
 
 
 def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
-          progress: Progress | None = None, deadline: float | None = None) -> SolveResult:
+          progress: Progress | None = None, deadline: float | None = None,
+          fallback: Assignment | None = None) -> SolveResult:
     """Minimize estimated time; among equal optima, return one fixed plan.
 
     The objective is ``W × cost + preference`` with ``W`` larger than any preference
@@ -888,6 +889,8 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     finds depends on timing by nature.  ``deadline`` (a ``time.perf_counter()`` instant)
     caps the tie-break and the fallback heuristic too, so the whole call ends by then
     (give the search a ``time_limit_s`` that leaves the caller its own remainder).
+    ``fallback``: the heuristic plan already computed (used instead of computing it
+    when the search finds nothing).
     """
     start = time.perf_counter()
     offset = total(bm.problem.constant)
@@ -903,10 +906,12 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
         until = time.perf_counter() + max(5.0, time_limit_s)
-        fallback = (fallback_assignment(bm.problem, bm.restrictions,
-                                        deadline=until if deadline is None
-                                        else min(until, deadline))
-                    if name == "unknown" else None)
+        if name != "unknown":
+            fallback = None
+        elif fallback is None:
+            fallback = fallback_assignment(bm.problem, bm.restrictions,
+                                           deadline=until if deadline is None
+                                           else min(until, deadline))
         if fallback is None:
             return SolveResult(name, None, 0, 0, seconds)
         bound = solver.BestObjectiveBound()

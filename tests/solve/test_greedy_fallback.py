@@ -34,3 +34,39 @@ def test_greedy_plan_of_a_synthetic_graph_is_feasible(edges: int) -> None:
         if occ.resource in regs:
             assert occ.bytes <= regs[occ.resource]
     assert any(c is VIRTUAL for c in a.choices)  # the repair did not give up on registers
+
+
+def test_large_problems_compute_the_fallback_before_the_search(monkeypatch) -> None:
+    # From _EARLY_FALLBACK_EDGES edges the heuristic runs once, before CP-SAT (inside the
+    # time limit, and as its hint), and the search's own fallback is never recomputed.
+    import planner.solve.model as model
+    import planner.solve.planner as planner_mod
+
+    calls: list[str] = []
+    real = model.fallback_assignment
+
+    def early(*a: object, **k: object) -> object:
+        calls.append("early")
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    def late(*a: object, **k: object) -> object:
+        calls.append("late")
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_mod, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_mod, "fallback_assignment", early)
+    monkeypatch.setattr(model, "fallback_assignment", late)
+    hints: list[int] = []
+    real_solve = planner_mod.solve
+
+    def solve(bm: model.BuiltModel, **k: object) -> model.SolveResult:
+        hints.append(len(bm.model.Proto().solution_hint.vars))
+        return real_solve(bm, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_mod, "solve", solve)
+    target = CatalogRegistry().get("x86-avx2")
+    plan = planner_mod.plan_kernel(load_bench("solve").synthetic_kernel(100), target,
+                                   {"M": 64, "N": 64})
+    assert calls == ["early"]
+    assert hints and hints[0] > 0  # CP-SAT starts from it
+    assert plan.status.value == "optimal"
