@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"host cpu: {spec.cpu}  avx2={spec.has_feature('avx2')} fma={spec.has_feature('fma')}"
           f" avx512f={spec.has_feature('avx512f')}  usable cpus: {len(os.sched_getaffinity(0))}")
-    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')}")
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    print(f"OPENBLAS_CORETYPE={coretype or '<unset>'}")
+    if coretype and spec.has_feature("avx512f"):
+        print(f"!! OPENBLAS_CORETYPE={coretype} is forced on an AVX-512 host: if that kernel "
+              "lacks AVX-512 (Haswell, Zen), numpy runs ~2x slower than OpenBLAS's own "
+              "choice; unset it (env -u OPENBLAS_CORETYPE) for a fair baseline")
     for info in threadpool_info():
         print(f"threadpoolctl: {info.get('internal_api')} {info.get('version')} "
               f"kernel={info.get('architecture')} threads={info.get('num_threads')}")

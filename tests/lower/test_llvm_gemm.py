@@ -28,7 +28,7 @@ SHAPES = [  # (M, N, K)
     (100, 70, 37),
     (131, 67, 259),
     (6, 16, 256),  # exactly one AVX2 micro-tile and one KC block
-    (8, 32, 385),  # one AVX-512 tile, KC edge of 1
+    (8, 32, 513),  # one AVX-512 tile, KC edge of 1 (KC = 512)
     (200, 5, 600),  # N narrower than one sliver, several KC blocks
     (3, 300, 50),  # M shorter than one tile: the threaded path splits columns
 ]
@@ -380,7 +380,7 @@ STRIDED_SHAPES = [
     (100, 70, 37),
     (131, 67, 259),  # several KC blocks on AVX2, odd everything
     (6, 16, 256),
-    (8, 32, 385),
+    (8, 32, 513),
     (200, 5, 600),
     (3, 300, 50),
     (37, 48, 9),  # column-major B: full slivers, one transpose block plus a k remainder
@@ -446,3 +446,71 @@ def test_scratch_floats() -> None:
     assert cfg.scratch_floats(0) == cfg.scratch_floats(1)
     assert cfg.scratch_floats(10**6) == cfg.kc * cfg.nc + cfg.a_buffer_floats
     assert cfg.scratch_floats(33) == cfg.kc * 48 + cfg.a_buffer_floats
+
+
+@pytest.mark.parametrize("base", ["avx2", "avx512"])
+def test_prefetch_c_is_bit_identical(base: str) -> None:
+    """Prefetching C splits the micro-kernel's k loop at ``kc - prefetch_c``; the sums
+    keep their order, so results are bit-identical with and without it, for K below, at
+    and above the prefetch distance and across KC blocks (plain and strided entry)."""
+    if base == "avx512" and not host_target().has_feature("avx512f"):
+        pytest.skip("host has no AVX-512")
+    cfg = GemmConfig.avx2() if base == "avx2" else GemmConfig.avx512()
+    with_pf = replace(cfg, prefetch_c=7)
+    without = replace(cfg, prefetch_c=0)
+    kernels = [SgemmKernel(CACHE, config=c) for c in (with_pf, without)]
+    rng = np.random.default_rng(5)
+    for m, n, k in [(1, 1, 1), (13, 37, 6), (cfg.mr, cfg.nr, 7), (29, 70, 8),
+                    (cfg.mr * 3 + 1, cfg.nr * 2 - 3, cfg.kc + 9), (5, 3, 2 * cfg.kc + 1)]:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        c0 = rng.standard_normal((m, n), dtype=np.float32)
+        outs = []
+        for kern in kernels:
+            c = c0.copy()
+            kern.sgemm(a, b, c, accumulate=True)
+            outs.append(c)
+        np.testing.assert_array_equal(outs[0], outs[1])
+        np.testing.assert_allclose(outs[0], c0 + a.astype(np.float64) @ b, rtol=1e-4,
+                                   atol=1e-4 * max(1, k))
+    with pytest.raises(ValueError, match="prefetch_c"):
+        GemmConfig(prefetch_c=-1)
+    assert GemmConfig.avx2().prefetch_c == 0  # the AVX2 kernel is unchanged
+
+
+def _busiest(m: int, chunk: int, threads: int) -> int:
+    """Rows of the busiest thread when ``threads`` claim ``chunk``-row chunks in turn."""
+    sizes = [min(chunk, m - i) for i in range(0, m, chunk)]
+    return max(sum(sizes[t::threads]) for t in range(threads))
+
+
+def test_balanced_chunk() -> None:
+    from planner.lower.cpu.gemm import _balanced_chunk
+
+    # 2048 rows, 2 threads: 192-row chunks are 11 (1088 vs 960 rows), 128-row ones 16.
+    assert _busiest(2048, 192, 2) == 1088
+    assert _balanced_chunk(2048, 8, 192, 2) == 128
+    assert _balanced_chunk(1024, 8, 128, 2) == 128  # already even: unchanged
+    for m in (9, 100, 300, 777, 1000, 2048, 4097):
+        for unit, cap in ((8, 192), (6, 144), (8, 8)):
+            for threads in (2, 3, 4):
+                c = _balanced_chunk(m, unit, cap, threads)
+                assert c % unit == 0 and c <= cap and 2 * c >= cap
+                best = min(_busiest(m, x, threads) for x in range(cap, (cap + 1) // 2 - 1, -unit)
+                           if x >= unit)
+                assert _busiest(m, c, threads) * 100 <= best * 101
+
+
+def test_balance_rows_is_bit_identical() -> None:
+    """Balanced row chunks change only which thread computes which rows."""
+    cfg = replace(GemmConfig.avx2(), balance_rows=True)
+    kern = SgemmKernel(CACHE, config=cfg)
+    kern.min_parallel_flops = 0
+    rng = np.random.default_rng(9)
+    for m, n, k in [(2048, 40, 20), (301, 77, 300), (97, 33, 5)]:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        one = kern.sgemm(a, b, threads=1)
+        for threads in (2, 3):
+            np.testing.assert_array_equal(kern.sgemm(a, b, threads=threads), one)
+    kern.close()
