@@ -277,6 +277,11 @@ def child(threads: int, quick: bool, rounds: int, only: list[str] | None = None,
 
     refs = {"copy": copy_bandwidth(threads), "fma": fma_peak(threads)}
     mods, notes = _peers(threads)
+    from threadpoolctl import threadpool_info
+
+    notes += [f"numpy's BLAS: {i.get('internal_api')} {i.get('version')}, kernel "
+              f"{i.get('architecture')}"
+              for i in threadpool_info() if i.get("user_api") == "blas"]
     nb = _numba_kernels(mods["numba"]) if "numba" in mods else {}
     jx = _jax_kernels(mods["jax"]) if "jax" in mods else {}
     tc = _torch_kernels(mods["torch"]) if "torch" in mods else {}
@@ -343,6 +348,10 @@ def _cell(t: dict[str, list[float]], k: str) -> str:
     return f"{med * 1e3:.3f} ({lo * 1e3:.3f}..{hi * 1e3:.3f})"
 
 
+#: Environment variables that override OpenBLAS's own CPU detection and blocking.
+_OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
@@ -367,12 +376,19 @@ def main() -> None:
           f"planner plans for {CatalogRegistry().get(args.target).name}; median of "
           f"{rounds} interleaved rounds (min..max); ratio = peer median / planner median "
           "(> 1: planner faster)\n")
+    forced = [f"{k}={os.environ[k]}" for k in _OPENBLAS_OVERRIDES if k in os.environ]
+    if forced:
+        print(f"note: {', '.join(forced)} is set in this environment; the children run "
+              "without it, so OpenBLAS uses the kernel it detects for this CPU (a forced "
+              "Haswell kernel on an AVX-512 CPU runs numpy's GEMM ~2x slower)\n")
     for th in args.threads or [1, 2]:
         cmd = [sys.executable, __file__, "--child", "--threads", str(th),
                "--rounds", str(rounds), "--target", args.target] \
             + (["--quick"] if args.quick else []) \
             + [a for o in args.only or [] for a in ("--only", o)]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for key in _OPENBLAS_OVERRIDES:  # OpenBLAS picks its own kernel for this CPU
+            env.pop(key, None)
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                         env=env).stdout.splitlines()[-1])
         print(f"{th} thread{'s' if th > 1 else ''}: references: 64 MiB copy "
