@@ -70,3 +70,27 @@ def test_large_problems_compute_the_fallback_before_the_search(monkeypatch) -> N
     assert calls == ["early"]
     assert hints and hints[0] > 0  # CP-SAT starts from it
     assert plan.status.value == "optimal"
+
+
+def test_a_large_problem_without_time_to_search_answers_with_the_heuristic(monkeypatch
+                                                                           ) -> None:
+    # less than _MIN_LARGE_SEARCH_S left: no CP-SAT search at all, the heuristic's plan,
+    # never "optimal", its bound the capacity-free relaxation
+    import planner.solve.planner as planner_mod
+    from planner.solve.bounds import relaxed_bound
+
+    def no_search(*a: object, **k: object) -> object:
+        raise AssertionError("the search must not run")
+
+    monkeypatch.setattr(planner_mod, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_mod, "_MIN_LARGE_SEARCH_S", 1e9)
+    monkeypatch.setattr(planner_mod, "solve", no_search)
+    target = CatalogRegistry().get("x86-avx2")
+    kernel = load_bench("solve").synthetic_kernel(100)
+    plan = planner_mod.plan_kernel(kernel, target, {"M": 64, "N": 64})
+    problem = build_problem(kernel, target, {"M": 64, "N": 64})
+    greedy = evaluate(problem, greedy_assignment(problem, {}), {})
+    assert plan.status.value == "feasible"
+    assert plan.objective == greedy.objective
+    assert plan.bound == min(relaxed_bound(problem, {}), plan.objective)
+    assert 0 <= plan.gap < 1
