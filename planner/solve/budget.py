@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 from planner.ir.core import Kernel
 from planner.ir.graph import dataflow_graph, live_edges
-from planner.solve.inline_depth import hop_within_limit, longest_inline_paths
+from planner.solve.inline_depth import MAX_INLINE_DEPTH, hop_within_limit, longest_inline_paths
 from planner.solve.legality import is_inlinable_kind
-from planner.solve.problem import MAX_INLINE_DEPTH
 
 #: The default ``limit``: a softmax with about 14,000 chained ``exp`` (1,073: 75,380,
 #: planned in about 2 s on 2 cores), or some 13,000 edges of the random DAGs of

@@ -31,6 +31,7 @@ from planner.solve.context import Context, executions_of, node_terms, owner_of
 from planner.solve.figures import Figures
 from planner.solve.holding import Holding
 from planner.solve.inline_depth import (
+    MAX_INLINE_DEPTH,
     depth_limit_reason,
     hop_within_limit,
     longest_inline_paths,
@@ -41,7 +42,6 @@ from planner.solve.pricing import price_edge, price_reads, price_value
 from planner.solve.problem import (
     CHOICES,
     FUSED,
-    MAX_INLINE_DEPTH,
     RECOMPUTED,
     TRAFFIC,
     Edge,
@@ -124,7 +124,7 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     return Problem(kernel.name, target.name, policy, tuple(sorted(env.items())),
                    tuple(values), tuple(edges), tuple(memories), points, tuple(live),
                    capacities, constant, tuple(ctx.static_infeasible), tuple(used),
-                   tuple(held.guards), tuple(temps), max_inline_depth)
+                   tuple(held.guards), tuple(temps))
 
 
 def _depth_limited(ctx: Context, values: list[Value], edges: list[Edge],

@@ -38,7 +38,7 @@ from planner.solve.costs import (
     illegal_text,
     total,
 )
-from planner.solve.inline_depth import RULE
+from planner.solve.inline_depth import depth_cut
 from planner.solve.model import (
     BuiltModel,
     Group,
@@ -215,7 +215,7 @@ def edge_reason(problem: Problem, a: Assignment, ev: Evaluation, e: Edge,
     cheaper = sorted((p, i, alt) for i, alt in enumerate(CHOICES) if alt is not c
                      and e.legal(alt) and (p := _isolated(problem, e, alt)) is not None
                      and mine is not None and p < mine)
-    cut = next((why for _, why in e.illegal if why.startswith(RULE)), None)
+    cut = depth_cut(e)
     if cut is not None and c in PRESERVING:  # refused by the limit, not by the hardware
         head = f"{head}; not inlined: {cut}"
     else:

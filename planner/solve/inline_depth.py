@@ -3,9 +3,9 @@
 A value fused or recomputed into a consumer is evaluated where that consumer is, and a
 consumer inlined further carries it along: its *inline depth* is the longest chain of
 inlining edges (fused or recomputed) from it to a point where it is evaluated.  Every
-plan keeps it at most ``max_inline_depth`` (:data:`~planner.solve.problem.MAX_INLINE_DEPTH`
-by default), as TVM's operator fusion caps a fused group's depth: a value may then be
-evaluated only within that many hops, so the planning problem grows with edges × the
+plan keeps it at most ``max_inline_depth`` (:data:`MAX_INLINE_DEPTH` by default), as
+TVM's operator fusion caps a fused group's depth: a value may then be evaluated only
+within that many hops, so the planning problem grows with edges × the
 limit instead of quadratically along a long elementwise chain (a softmax with 1,073
 chained ``exp`` has 575,000 (value, site) pairs unbounded, some 34,000 at 32).
 
@@ -24,7 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from planner.solve.dag_memo import memo_postorder
+from planner.solve.problem import Edge
 
+#: The default limit: no value is fused or recomputed through more than this many
+#: consumers inlined further.
+MAX_INLINE_DEPTH = 32
 #: An inlining hop: the consumer's value, or None for a sink (a store) evaluated there.
 Hop = int | None
 
@@ -52,8 +56,13 @@ def hop_within_limit(longest: Sequence[int], value: int, consumer: Hop, limit: i
     return -(-longest[value] // limit) == -(-longest[consumer] // limit)
 
 
-#: How every reason of the limit starts (explanations look for it).
+#: How every reason of the limit starts.
 RULE = "the inline depth limit"
+
+
+def depth_cut(e: Edge) -> str | None:
+    """Why the limit refuses inlining ``e`` (None: it does not)."""
+    return next((why for _, why in e.illegal if why.startswith(RULE)), None)
 
 
 def depth_limit_reason(longest: Sequence[int], value: int, consumer: int, limit: int) -> str:

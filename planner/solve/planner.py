@@ -66,6 +66,7 @@ from planner.solve.costs import (
 )
 from planner.solve.evaluator import Held, held_at_points
 from planner.solve.explain import edge_reason, explain_infeasible
+from planner.solve.inline_depth import MAX_INLINE_DEPTH
 from planner.solve.model import (
     BuiltModel,
     OutOfTime,
@@ -74,7 +75,6 @@ from planner.solve.model import (
     fallback_assignment,
     solve,
 )
-from planner.solve.problem import MAX_INLINE_DEPTH
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference
 # evaluation, and the least any search is given.
@@ -201,9 +201,8 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     if result.assignment is not None:
         return header.solved(result.assignment, restrictions, result.status == "optimal",
                              result.bound, result.wall_s)
-    # No solution in time: the greedy heuristic is the fallback (as a CP-SAT hint it did
-    # not help: on the 1,000-edge synthetic graph, 8 s, 1.07 % gap with it against 0.79 %
-    # and 1.07 % without, so it is only computed here).
+    # No solution in time: the heuristic's plan is the fallback (computed here unless the
+    # problem was large enough to compute it before the search, see _EARLY_FALLBACK_EDGES).
     fallback = (early or greedy_assignment(problem, restrictions)) \
         if result.status == "unknown" else None
     if fallback is not None:

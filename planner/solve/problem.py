@@ -314,11 +314,6 @@ class LivePoint:
     temps: tuple[int, ...] = ()
 
 
-#: The default inline depth limit (:mod:`planner.solve.inline_depth`): no value is fused or
-#: recomputed through more than this many consumers inlined further.
-MAX_INLINE_DEPTH = 32
-
-
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Everything the planner decides over, priced."""
@@ -338,7 +333,6 @@ class Problem:
     resources: tuple[str, ...] = ()  # every resource that may hold something
     guards: tuple[Guard, ...] = ()
     temps: tuple[Temp, ...] = ()
-    max_inline_depth: int = MAX_INLINE_DEPTH  # the sites of values reach this many hops
 
     def capacity(self, resource: str, owner: str) -> int | None:
         return self.capacities.get((resource, owner))
