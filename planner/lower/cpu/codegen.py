@@ -39,7 +39,8 @@ when every window lies inside its view it runs unmasked, else each element is ma
 exactly like the interpreter (reads outside give the load's fill, writes outside are
 dropped).  Reductions keep ``reduce_unroll`` independent vector accumulators (the
 add/max latency chain would otherwise bound them), combine them lane-wise and reduce
-horizontally at the end of the row; a fused nest forwards a value it just wrote to the
+horizontally at the end of the row, lanes pairwise as a tree (upper half onto lower half,
+log2(w) steps); a fused nest forwards a value it just wrote to the
 reduction that reads it, so producer and reduction take one pass.  A plain nest's
 unit-stride view store is streamed (whole cache lines of non-temporal stores, then one
 ``sfence`` per call) where the kernel's views are larger than the cache

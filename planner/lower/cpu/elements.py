@@ -269,22 +269,42 @@ _COMBINE: dict[tuple[ReduceFn, DType], Callable[[_Elements, ir.Value, ir.Value],
 }
 
 
-def _hreduce(name: str, with_start: bool = False
-             ) -> Callable[[_Elements, ir.Value, float | int], ir.Value]:
+def _hreduce(name: str) -> Callable[[_Elements, ir.Value, float | int], ir.Value]:
     def emit(fn: _Elements, v: ir.Value, ident: float | int) -> ir.Value:
         el = v.type.element
-        if with_start:
-            f = fn.intrinsic(name, [v.type], el, [el, v.type])
-            return fn.b.call(f, [ir.Constant(el, ident), v])
         f = fn.intrinsic(name, [v.type], el, [v.type])
         return fn.b.call(f, [v])
     return emit
 
 
+def _htree(combine: Callable[[_Elements, ir.Value, ir.Value], ir.Value]
+           ) -> Callable[[_Elements, ir.Value, float | int], ir.Value]:
+    """Lanes combined pairwise, as a tree: the upper half onto the lower half, halving the
+    width each step (log2(w) vector ops; an ordered float reduction is a chain of w
+    dependent scalar adds, and ``llvm.vector.reduce.fmaximum`` expands to a longer one)."""
+    def emit(fn: _Elements, v: ir.Value, ident: float | int) -> ir.Value:
+        b = fn.b
+        width = v.type.count
+        if width & (width - 1):  # not a power of two: one lane at a time
+            acc = b.extract_element(v, ir.Constant(ir.IntType(64), 0))
+            for i in range(1, width):
+                acc = combine(fn, acc, b.extract_element(v, ir.Constant(ir.IntType(64), i)))
+            return acc
+        while width > 1:
+            half = width // 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half),
+                                                    list(range(half))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half),
+                                                    list(range(half, width))))
+            v, width = combine(fn, lo, hi), half
+        return b.extract_element(v, ir.Constant(ir.IntType(64), 0))
+    return emit
+
+
 _HORIZONTAL: dict[tuple[ReduceFn, DType],
                   Callable[[_Elements, ir.Value, float | int], ir.Value]] = {
-    (ReduceFn.SUM, DType.F32): _hreduce("llvm.vector.reduce.fadd", with_start=True),
-    (ReduceFn.MAX, DType.F32): _hreduce("llvm.vector.reduce.fmaximum"),
+    (ReduceFn.SUM, DType.F32): _htree(_f("fadd")),
+    (ReduceFn.MAX, DType.F32): _htree(_intr2("llvm.maximum")),
     (ReduceFn.SUM, DType.I32): _hreduce("llvm.vector.reduce.add"),
     (ReduceFn.MAX, DType.I32): _hreduce("llvm.vector.reduce.smax"),
     (ReduceFn.SUM, DType.BOOL): _hreduce("llvm.vector.reduce.or"),
