@@ -57,7 +57,9 @@ vector it falls in, e.g. on the output's alignment when stores are streamed).  N
 ``nnan``/``ninf`` (masked attention rows rely on ``-inf``
 and NaN propagates as in the interpreter) and never ``reassoc`` (reduction order is the
 explicit one above).  ``max``/``min`` are ``llvm.maximum``/``llvm.minimum``
-(NaN-propagating like numpy).  i32 division by zero gives 0 (the interpreter raises)
+(NaN-propagating like numpy); a max reduction takes an element when it is greater or NaN
+(one compare on its chain; ties between zeros keep the one met first, as numpy's do).
+i32 division by zero gives 0 (the interpreter raises)
 instead of trapping.  Buffers are 64-byte aligned; loads and stores assume only element
 alignment (unaligned vector accesses cost nothing extra on aligned data).
 

@@ -259,9 +259,19 @@ _CAST: dict[tuple[DType, DType], Callable[[_Elements, ir.Value, ir.Type], ir.Val
     (DType.BOOL, DType.I32): lambda fn, x, t: fn.b.zext(x, t),
 }
 
+def _running_max(fn: _Elements, acc: ir.Value, x: ir.Value) -> ir.Value:
+    """``max(acc, x)`` for a reduction: ``x`` when it is greater or NaN, else ``acc`` (a
+    NaN stays, as in numpy). One compare on the accumulator's latency chain instead of
+    ``llvm.maximum``'s sign-of-zero ordering (a blend, a max and a NaN fix-up); like
+    numpy's reductions, a row holding both zeros gives the one met first."""
+    b = fn.b
+    take = b.or_(b.fcmp_ordered(">", x, acc), b.fcmp_unordered("uno", x, x))
+    return b.select(take, x, acc)
+
+
 _COMBINE: dict[tuple[ReduceFn, DType], Callable[[_Elements, ir.Value, ir.Value], ir.Value]] = {
     (ReduceFn.SUM, DType.F32): _f("fadd"),
-    (ReduceFn.MAX, DType.F32): _intr2("llvm.maximum"),
+    (ReduceFn.MAX, DType.F32): _running_max,
     (ReduceFn.SUM, DType.I32): _i("add"),
     (ReduceFn.MAX, DType.I32): _intr2("llvm.smax"),
     (ReduceFn.SUM, DType.BOOL): _i("or_"),
@@ -304,7 +314,7 @@ def _htree(combine: Callable[[_Elements, ir.Value, ir.Value], ir.Value]
 _HORIZONTAL: dict[tuple[ReduceFn, DType],
                   Callable[[_Elements, ir.Value, float | int], ir.Value]] = {
     (ReduceFn.SUM, DType.F32): _htree(_f("fadd")),
-    (ReduceFn.MAX, DType.F32): _htree(_intr2("llvm.maximum")),
+    (ReduceFn.MAX, DType.F32): _htree(_running_max),
     (ReduceFn.SUM, DType.I32): _hreduce("llvm.vector.reduce.add"),
     (ReduceFn.MAX, DType.I32): _hreduce("llvm.vector.reduce.smax"),
     (ReduceFn.SUM, DType.BOOL): _hreduce("llvm.vector.reduce.or"),
