@@ -69,9 +69,13 @@ def compiled(name: str, target_name: str, cache: KernelCache | None = None) -> C
 
 
 def widths(ir_text: str) -> set[int]:
-    """The lane counts of every ``<N x float>`` in ``ir_text`` (but one-lane stores of a
-    reduction's result)."""
-    return {int(n) for n in re.findall(r"<(\d+) x float>", ir_text)} - {1}
+    """The lane counts of every ``<N x float>`` in ``ir_text`` but the halves a row
+    reduction's horizontal tree narrows the accumulator to (``w/2`` .. 1 lanes, each
+    the result of a ``shufflevector``)."""
+    halves = {int(n) for n in re.findall(
+        r"= shufflevector <\d+ x float> [^,]+, <\d+ x float> [^,]+, <(\d+) x i32>", ir_text)}
+    every = {int(n) for n in re.findall(r"<(\d+) x float>", ir_text)}
+    return {n for n in every if n == max(every) or n not in halves} - {1}
 
 
 def fake_host(monkeypatch: pytest.MonkeyPatch, cpu: str, avx512: bool) -> TargetSpec:
