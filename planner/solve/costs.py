@@ -37,7 +37,9 @@ Per edge decision (producer value ``v`` → consumer ``c``)
       arithmetic).  Padding counts toward capacity.
     * fused: ``v`` is computed inline in the consumer's loop, reading its own operands
       as their edges decided (their terms are theirs): the producer's compute (or, for
-      a load, its read) at the consumer's execution count.
+      a load, its read) at the consumer's execution count.  Fused into an mma's
+      accumulator, ``v`` is evaluated once per element into the mma's output before
+      it runs (zeros: the mma overwrites instead of accumulating).
     * recomputed: the consumer re-derives ``v`` from the kernel's inputs, whatever its
       operands' edges decided: its chain (:func:`recompute_chain`: ``v`` and its
       recomputable ancestors of the same parallel instance, each once) back to the
@@ -47,7 +49,8 @@ Per edge decision (producer value ``v`` → consumer ``c``)
       edges decided; all at the consumer's execution count, plus the producer's
       exposed latency when the edge crosses pipeline stages.  Not offered where it is
       the same program as fused (fusion legal and the chain is ``v`` alone: nothing
-      whose realization it would bypass), into an mma accumulator (as fusion), through
+      whose realization it would bypass), into an mma accumulator (fusing it evaluates it
+      once per element into the mma's output: ``c = a @ b`` for zeros), through
       a Memory snapshot or a load of a view the kernel also stores.
     The producer itself runs once ("home" compute) when at least one of its edges is
     virtual or materialized.

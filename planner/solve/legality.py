@@ -103,12 +103,9 @@ def fusion_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> 
     if not is_fusible_kind(kind):
         return f"{kind} is not fusible (only elementwise, broadcast, load, full, iota, cast, " \
                "select producers are)"
-    if ckind == "tile.mma":
-        if data["operand"] == 2:
-            return "never fused into an mma accumulator"
-        if kind not in LOADS:
-            return "an mma operand is read from storage (fusing arithmetic would repeat it " \
-                   "for every output column)"
+    if ckind == "tile.mma" and data["operand"] != 2 and kind not in LOADS:
+        return "an mma operand is read from storage (fusing arithmetic would repeat it " \
+               "for every output column)"
     if data["stage_distance"]:
         return "fusion across pipeline stages would undo the schedule"
     if kind == "memory.load" and _stored_between(ctx, pd, cd):
@@ -178,7 +175,8 @@ def recompute_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object],
     if not is_recomputable_kind(kind):
         return f"{kind} is not recomputable"
     if ctx.g.nodes[v]["kind"] == "tile.mma" and data["operand"] == 2:
-        return "never recomputed into an mma accumulator (as for fusion)"
+        return ("never recomputed into an mma accumulator: it is evaluated once per element "
+                "into the mma's output, which fusing it does")
     chain = recompute_chain(ctx, u)
     if chain.why_not:
         return chain.why_not
