@@ -351,3 +351,28 @@ def test_without_a_plan_every_edge_is_virtual() -> None:
     p = build_loop_program(example("gelu").kernel)
     assert p.target == "host"
     assert {b.role for b in p.buffers} == {"virtual"}
+
+
+def test_an_mma_accumulator_fused_by_the_plan_is_evaluated_into_the_output() -> None:
+    """attention's s = q @ k^T + zeros and acc = p @ v + acc * alpha: the plan fuses both
+    accumulators (cheaper than a buffer of their own and a copy), so the first mma
+    overwrites its output and the rescale runs in place in the carry before the second."""
+    plan = optimal("attention")
+    into_acc = [e for e in plan.edges
+                if e.consumer_kind == "tile.mma" and e.edge_id.endswith("#2")]
+    assert {e.producer_kind for e in into_acc} == {"tile.full", "tile.binary.mul"}
+    assert all(e.decision is Decision.FUSED for e in into_acc), into_acc
+    p = build_loop_program(example("attention").kernel, plan, x86())
+    body = [s for seg in p.segments for s in flat(seg.body)]
+    mmas = [s for s in body if isinstance(s, Mma)]
+    assert [m.accumulate for m in mmas] == [False, True]
+    rescale = body[body.index(mmas[1]) - 1]
+    assert isinstance(rescale, Nest) and isinstance(rescale.dest, BufWrite)
+    assert rescale.dest.buffer == mmas[1].c.buffer  # in place: %acc_1 = %acc_1 * alpha
+    assert any(isinstance(r, BufRead) and r.buffer == mmas[1].c.buffer
+               for r in elem_reads(rescale.value))
+    ex = example("attention")
+    inputs = random_inputs(ex.kernel, ex.bindings, 5)
+    want = interpret(ex.kernel, inputs, ex.bindings)
+    got = compile_kernel(ex.kernel, plan, x86())({k: v.copy() for k, v in inputs.items()})
+    np.testing.assert_allclose(got["O"], want["O"], rtol=1e-4, atol=1e-5)
