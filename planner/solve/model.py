@@ -29,7 +29,11 @@ Variables (all Boolean unless noted)
 Capacity is one linear sum per (resource, checked point) over live holders, never
 ``AddCumulative``: occupancy terms are products ``mat[v, s] ∧ y[v, q] (∧ u[v, k])``
 linearized as ``b >= sum(literals) - (n - 1)``, with ``bytes × k`` coefficients.  A
-constraint that cannot bind (its largest possible sum fits) is not emitted.
+constraint that cannot bind (its largest possible sum fits) is not emitted.  Redundant
+constraints tighten the LP where literals of one edge's choices meet (they exclude each
+other): a home or site literal is at least the sum of one edge's implicants, and an
+edge delivers its value by exactly one choice wherever its consumer is evaluated
+(:func:`_delivery_cuts`).
 
 When CP-SAT finds no solution within its time limit, :func:`solve` returns a heuristic
 plan (:func:`fallback_assignment`) checked by the reference evaluator.  A proven optimum
@@ -144,6 +148,7 @@ class BuiltModel:
         field(default_factory=dict)
     deadline: float | None = None  # past it, :class:`OutOfTime` (see :meth:`tick`)
     ticks: int = 0
+    cuts: bool = True  # redundant linking constraints for the LP (see :func:`build_model`)
 
     def tick(self) -> None:
         """Count one unit of model-building work; every 256th checks the deadline, so
@@ -164,17 +169,21 @@ class BuiltModel:
 
 def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
                 assumptions: bool = False, skip: frozenset[str] = frozenset(),
-                hint: Assignment | None = None, deadline: float | None = None) -> BuiltModel:
+                hint: Assignment | None = None, deadline: float | None = None,
+                cuts: bool = True) -> BuiltModel:
     """Encode ``problem`` (with a baseline's ``restrictions``) as a CP-SAT model.
 
     ``assumptions`` guards every named group with a literal; groups named in ``skip``
     are left out entirely (used to measure what a core's capacity group would need).
     Past ``deadline`` (a ``time.perf_counter()`` instant) :class:`OutOfTime` is raised.
+    ``cuts`` adds redundant constraints that tighten the LP relaxation (one sum per edge
+    in the site disjunctions, :func:`_delivery_cuts`); they cost model-building time.
     """
     bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
                     restrictions=restrictions or {},
                     no_registers=frozenset() if assumptions else _no_registers(problem),
-                    capacity_order=sorted(problem.capacities.items()), deadline=deadline)
+                    capacity_order=sorted(problem.capacities.items()), deadline=deadline,
+                    cuts=cuts)
     for e in problem.edges:
         _edge_choices(bm, e, restrictions or {}, skip)
     for v in problem.values:
@@ -189,6 +198,8 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     for lp in problem.live_points:
         _capacity(bm, lp, skip)
         check_deadline(deadline)
+    if cuts:
+        _delivery_cuts(bm)
     if hint is not None:
         add_hint(bm, hint)
     return bm
@@ -239,8 +250,10 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
                  if (e.index, c) in bm.x]
     if total(v.home) and preserved:
         home = m.NewBoolVar(f"home{v.index}")
-        for lit in preserved:
-            m.AddImplication(lit, home)
+        for e in edges:  # one sum per edge: its choices exclude each other (a tighter LP)
+            lits = [bm.x[(e.index, c)] for c in _KEEP if (e.index, c) in bm.x]
+            if lits:
+                m.Add(sum(lits) <= home)
         bm.cost.append((home, total(v.home)))
     _version_vars(bm, v, edges)
 
@@ -449,8 +462,11 @@ def _conjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> 
     return _product(bm, key, lits)  # type: ignore[arg-type]
 
 
-def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> Cond:
-    """Any of ``conds`` (a literal implied by each; constants folded)."""
+def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond],
+                 exclusive: list[list[Cond]] = ()) -> Cond:  # type: ignore[assignment]
+    """Any of ``conds`` (a literal implied by each; constants folded).  Each group of
+    ``exclusive`` (conds of which at most one holds: one edge's choices) is implied by
+    its sum instead, a tighter LP than one implication per cond."""
     if any(c is True for c in conds):
         return True
     lits = [c for c in conds if c is not False]
@@ -462,6 +478,10 @@ def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond]) -> 
     if out is None:
         out = _at_least_any(bm.model, lits, "_".join(map(str, key)))  # type: ignore[arg-type]
         bm.products[key] = out
+        for group in exclusive if bm.cuts else ():
+            some = [c for c in group if c is not False]
+            if len(some) > 1:
+                bm.model.Add(cp_model.LinearExpr.sum(some) <= out)  # type: ignore[arg-type]
     return out
 
 
@@ -470,8 +490,8 @@ def _home(bm: BuiltModel, vi: int) -> Cond:
     v = bm.problem.values[vi]
     if not v.inlinable:
         return True
-    return _disjunction(bm, ("home", vi), [bm.x[(i, c)] for i in v.edges for c in _KEEP
-                                           if (i, c) in bm.x])
+    groups = [[bm.x[(i, c)] for c in _KEEP if (i, c) in bm.x] for i in v.edges]
+    return _disjunction(bm, ("home", vi), [lit for g in groups for lit in g], groups)
 
 
 def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
@@ -498,7 +518,7 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
         _, vj, pt = key
         if pt == p.values[vj].def_point:
             return _home(bm, vj)
-        parts: list[Cond] = []
+        groups: list[list[Cond]] = []
         for i, e in inlinable(vj):
             if e.consumer_value is None:
                 there: Cond = e.consumer_point == pt
@@ -506,10 +526,9 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
                 t = p.values[e.consumer_value]
                 there = bm.conditions[("site", t.index, pt)] if (
                     pt == t.def_point or pt in t.sites) else False
-            for c in (FUSED, RECOMPUTED):
-                if (i, c) in bm.x and e.legal(c):
-                    parts.append(_conjunction(bm, ("via", i, c, pt), [bm.x[(i, c)], there]))
-        return _disjunction(bm, key, parts)
+            groups.append([_conjunction(bm, ("via", i, c, pt), [bm.x[(i, c)], there])
+                           for c in (FUSED, RECOMPUTED) if (i, c) in bm.x and e.legal(c)])
+        return _disjunction(bm, key, [c for g in groups for c in g], groups)
 
     return memo_postorder(("site", vi, point), later, compute, bm.conditions)
 
@@ -814,6 +833,49 @@ def _capacity(bm: BuiltModel, lp: LivePoint, skip: frozenset[str]) -> None:
         bm.model.Add(sum(c * lit for lit, c in out) + fixed <= cap).OnlyEnforceIf(lits)
 
 
+def _delivery_cuts(bm: BuiltModel) -> None:
+    """Redundant cuts for the LP: where consumer ``w`` of edge ``e`` is evaluated at a
+    later point (``site(w, pt)``), ``e`` delivers its value there by exactly one choice,
+    so ``held(e, virtual) + via(e, fused) + via(e, recomputed) + x[e, materialized] >=
+    site(w, pt)``.  Each conjunction alone is linearized as ``>= x + site - 1``, which
+    lets fractional ``x`` and ``site`` hold nothing (the synthetic graphs' bound gap)."""
+    p, x = bm.problem, bm.x
+    firsts: dict[tuple[int, int, int], list[int]] = {}  # (edge, value, chain) -> firsts
+    for key in bm.products:
+        if key[0] == "held" and key[2] is VIRTUAL and key[3] == "chain":
+            firsts.setdefault((key[1], key[4], key[5]), []).append(key[6])
+    held_at: dict[tuple[int, int, int], list[Cond]] = {}  # (edge, w, pt) -> held literals
+    for (i, vi, ci), fs in firsts.items():
+        guards = p.values[vi].chains[ci].guards
+        fs.sort()
+        for n, first in enumerate(fs):  # the latest first <= j covers guard j tightest
+            lit = bm.products[("held", i, VIRTUAL, "chain", vi, ci, first)]
+            for j in range(first, fs[n + 1] if n + 1 < len(fs) else len(guards)):
+                g = p.guards[guards[j]]
+                if g.kind == "site":
+                    held_at.setdefault((i, g.a, g.b), []).append(lit)
+    # (edge, its consumer, point) with a product (a chain's guards may name other values)
+    pairs = {(i, w, pt) for i, w, pt in held_at if p.edges[i].consumer_value == w}
+    for key in bm.products:
+        if key[0] == "via" and (w := p.edges[key[1]].consumer_value) is not None:
+            pairs.add((key[1], w, key[3]))
+    for i, w, pt in sorted(pairs):  # sorted: the same model in every process
+        site = bm.conditions.get(("site", w, pt))
+        if site is None or isinstance(site, bool):
+            continue
+        parts = [_delivered(bm, held_at, i, c, w, pt) for c in CHOICES if (i, c) in x]
+        bm.model.Add(cp_model.LinearExpr.sum(parts) >= site)
+
+
+def _delivered(bm: BuiltModel, held_at: dict[tuple[int, int, int], list[Cond]], i: int,
+               c: Decision, w: int, pt: int) -> cp_model.IntVar:
+    """A literal implied by ``x[i, c]`` ∧ ``site(w, pt)`` (``x[i, c]`` where no product
+    exists)."""
+    if c is VIRTUAL and (i, w, pt) in held_at:
+        return held_at[(i, w, pt)][0]  # type: ignore[return-value]
+    return bm.products.get(("via", i, c, pt), bm.x[(i, c)])
+
+
 def add_hint(bm: BuiltModel, a: Assignment) -> None:
     """Hint CP-SAT with a known assignment (a heuristic plan)."""
     for (e, c), lit in bm.x.items():
@@ -1006,7 +1068,9 @@ def lex_greatest(model: cp_model.CpModel, terms: list[tuple[cp_model.IntVar, int
         rounds += 1
         m = model.Clone()
         if terms:
-            m.Add(sum(c * _twin(m, lit) for lit, c in terms) <= value)
+            objective = sum(c * _twin(m, lit) for lit, c in terms)
+            m.Add(objective <= value)
+            m.Minimize(objective)  # the LP's reduced costs prune like the first search's
         _lex_greater(m, [_twin(m, lit) for lit in order], current)
         solver = _solver(left, workers)
         solver.parameters.stop_after_first_solution = True  # any witness moves us up

@@ -185,7 +185,9 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     try:
         if _left(deadline) <= 0:
             raise OutOfTime
-        bm = build_model(problem, restrictions, deadline=deadline)
+        # the LP cuts pay where CP-SAT proves bounds, not on problems it barely searches
+        bm = build_model(problem, restrictions, deadline=deadline,
+                         cuts=len(problem.edges) < _EARLY_FALLBACK_EDGES)
     except OutOfTime:
         phase("model")
         return _out_of_time(header, problem, restrictions, kernel, target, time_limit_s)
