@@ -65,10 +65,15 @@ def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
             masks = [b.icmp_signed("<", ir.Constant(_vec(I64, w), [v * w + t for t in range(w)]),
                                    left) for v in range(VECS)]
         crows = [b.gep(c, [b.add(b.mul(b.add(i0, c64(r)), ldc), j0)]) for r in range(rows)]
-        for r in range(rows):
-            for v in range(VECS):
-                old = load(vptr(crows[r], c64(v * w)), masks[v])
-                b.store(b.select(accumulate, old, zero), regs[r][v])
+        with b.if_else(accumulate) as (then, otherwise):  # C is not read when overwritten
+            with then:
+                for r in range(rows):
+                    for v in range(VECS):
+                        b.store(load(vptr(crows[r], c64(v * w)), masks[v]), regs[r][v])
+            with otherwise:
+                for r in range(rows):
+                    for v in range(VECS):
+                        b.store(zero, regs[r][v])
         arows = [b.gep(a, [b.mul(b.add(i0, c64(r)), lda)]) for r in range(rows)]
         with h.loop(c64(0), k, 1, "p") as p:
             brow = b.gep(bm, [b.add(b.mul(p, ldb), j0)])
