@@ -259,6 +259,7 @@ _CAST: dict[tuple[DType, DType], Callable[[_Elements, ir.Value, ir.Type], ir.Val
     (DType.BOOL, DType.I32): lambda fn, x, t: fn.b.zext(x, t),
 }
 
+
 def _running_max(fn: _Elements, acc: ir.Value, x: ir.Value) -> ir.Value:
     """``max(acc, x)`` for a reduction: ``x`` when it is greater or NaN, else ``acc`` (a
     NaN stays, as in numpy). One compare on the accumulator's latency chain instead of
