@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.catalog import CatalogRegistry
+from planner.catalog import CatalogRegistry, Target
 from planner.ir.frontend import (
     TensorView,
     axis,
@@ -27,7 +27,7 @@ from planner.ir.frontend import (
 from planner.lower import build_loop_program, compile_kernel
 from planner.lower.backends import check_metal
 from planner.lower.loops.program import Mma, Nest, ViewRead, elem_reads, walk_stmts
-from planner.plan.decisions import Decision
+from planner.plan.decisions import Decision, MaterializationPlan
 from planner.solve import plan_kernel
 
 BLOCK = 16
@@ -58,14 +58,20 @@ def _inputs(m: int, n: int, k: int) -> dict[str, np.ndarray]:
             "Cin": rng.standard_normal((m, n)).astype(np.float32)}
 
 
+def _fused_plan(target: Target, mnk: tuple[int, int, int]) -> MaterializationPlan:
+    """The optimal plan of ``gemm_plus``, whose one accumulator edge it fuses."""
+    m, n, k = mnk
+    plan = plan_kernel(gemm_plus, target, {"M": m, "N": n, "K": k})
+    into = [e for e in plan.edges if e.consumer_kind == "tile.mma" and e.edge_id.endswith("#2")]
+    assert [e.decision for e in into] == [Decision.FUSED]
+    return plan
+
+
 @pytest.mark.parametrize("mnk", SHAPES)
 def test_cpu_evaluates_the_fused_accumulator_into_the_output(mnk: tuple[int, int, int]) -> None:
     target = CatalogRegistry().get("x86-avx2")
     m, n, k = mnk
-    b = {"M": m, "N": n, "K": k}
-    plan = plan_kernel(gemm_plus, target, b)
-    into = [e for e in plan.edges if e.consumer_kind == "tile.mma" and e.edge_id.endswith("#2")]
-    assert [e.decision for e in into] == [Decision.FUSED]
+    plan = _fused_plan(target, mnk)
     prog = build_loop_program(gemm_plus, plan, target)
     body = [s for seg in prog.segments for s in walk_stmts(seg.body)]
     mm = next(s for s in body if isinstance(s, Mma))
@@ -83,9 +89,6 @@ def test_cpu_evaluates_the_fused_accumulator_into_the_output(mnk: tuple[int, int
 def test_metal_runs_the_same_plan(mnk: tuple[int, int, int]) -> None:
     target = CatalogRegistry().get("apple-m2")
     m, n, k = mnk
-    b = {"M": m, "N": n, "K": k}
-    plan = plan_kernel(gemm_plus, target, b)
-    into = [e for e in plan.edges if e.consumer_kind == "tile.mma" and e.edge_id.endswith("#2")]
-    assert [e.decision for e in into] == [Decision.FUSED]
-    result = check_metal(gemm_plus, plan, target, b)
+    plan = _fused_plan(target, mnk)
+    result = check_metal(gemm_plus, plan, target, {"M": m, "N": n, "K": k})
     assert result.ok, result.lines

@@ -296,11 +296,7 @@ def _htree(combine: Callable[[_Elements, ir.Value, ir.Value], ir.Value]
     def emit(fn: _Elements, v: ir.Value, ident: float | int) -> ir.Value:
         b = fn.b
         width = v.type.count
-        if width & (width - 1):  # not a power of two: one lane at a time
-            acc = b.extract_element(v, ir.Constant(ir.IntType(64), 0))
-            for i in range(1, width):
-                acc = combine(fn, acc, b.extract_element(v, ir.Constant(ir.IntType(64), i)))
-            return acc
+        assert width & (width - 1) == 0, "catalog vector widths are 4, 8 or 16 lanes"
         while width > 1:
             half = width // 2
             lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half),

@@ -119,6 +119,7 @@ from planner.lower.cpu.jit import (
     compile_module,
     declare_intrinsic,
     host_target,
+    masked_load_store,
 )
 from planner.lower.cpu.llvm_helpers import (
     F32,
@@ -269,18 +270,6 @@ def _vstore(b: ir.IRBuilder, v: ir.Value, p: ir.Value, align: int) -> None:
     b.store(v, b.bitcast(p, v.type.as_pointer()), align=align)
 
 
-def _masked_load_store(module: ir.Module, vty: ir.VectorType
-                       ) -> tuple[ir.Function, ir.Function]:
-    """``llvm.masked.load`` and ``llvm.masked.store`` of ``vty`` (opaque pointers)."""
-    mty = ir.VectorType(I1, vty.count)
-    ptr = ir.PointerType()
-    mload = declare_intrinsic(module, "llvm.masked.load", [vty, ptr], vty,
-                              [ptr, I32, mty, vty])
-    mstore = declare_intrinsic(module, "llvm.masked.store", [vty, ptr], ir.VoidType(),
-                               [vty, ptr, I32, mty])
-    return mload, mstore
-
-
 def _lane_masks(b: ir.IRBuilder, width: ir.Value, nvec: int, vw: int) -> list[ir.Value]:
     """Per vector ``v`` of a row, the ``<vw x i1>`` mask of lanes ``v*vw + l < width``."""
     lanes = ir.Constant(ir.VectorType(I64, vw), list(range(vw)))
@@ -317,7 +306,7 @@ def _emit_ukr(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     ret = fn.append_basic_block("ret")
     b = ir.IRBuilder(entry)
     zero = ir.Constant(vty, 0.0)
-    mload, mstore = _masked_load_store(module, vty)
+    mload, mstore = masked_load_store(module, vty)
 
     def path(nrows: int, nvec: int, tag: str) -> ir.Block:
         """The register tile of ``nrows × nvec·vw``, from its own first block."""
@@ -518,7 +507,7 @@ def _emit_pack_b(module: ir.Module, name: str, cfg: GemmConfig) -> ir.Function:
     fn, b = _pack_function(module, f"{name}.pack_b")
     kc, nc, bm, rsb, csb, bp = fn.args
     vzero = ir.Constant(vty, 0.0)
-    mload, _ = _masked_load_store(module, vty)
+    mload, _ = masked_load_store(module, vty)
     row_major = b.icmp_signed("==", csb, c64(1))
     col_major = b.icmp_signed("==", rsb, c64(1))
     kvec = b.mul(b.sdiv(kc, c64(vw)), c64(vw))

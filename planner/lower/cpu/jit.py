@@ -79,6 +79,7 @@ __all__ = [
     "ensure_llvm_initialized",
     "host_target",
     "intrinsic_suffix",
+    "masked_load_store",
     "missing_features",
 ]
 
@@ -606,6 +607,18 @@ def declare_intrinsic(
     """Get or declare ``base.<suffixes>`` (e.g. ``llvm.fma.v8f32``) in ``module``."""
     name = ".".join([base, *(intrinsic_suffix(t) for t in overloads)])
     return declare_function(module, name, ir.FunctionType(ret, args))
+
+
+def masked_load_store(module: ir.Module, vty: ir.VectorType
+                      ) -> tuple[ir.Function, ir.Function]:
+    """``llvm.masked.load`` and ``llvm.masked.store`` of ``vty`` (opaque pointers)."""
+    mty = ir.VectorType(ir.IntType(1), vty.count)
+    ptr, i32 = ir.PointerType(), ir.IntType(32)
+    mload = declare_intrinsic(module, "llvm.masked.load", [vty, ptr], vty,
+                              [ptr, i32, mty, vty])
+    mstore = declare_intrinsic(module, "llvm.masked.store", [vty, ptr], ir.VoidType(),
+                               [vty, ptr, i32, mty])
+    return mload, mstore
 
 
 def compile_module(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from planner.lower.cpu.builder import _IR, _vec
-from planner.lower.cpu.jit import declare_intrinsic
+from planner.lower.cpu.jit import declare_intrinsic, masked_load_store
 from planner.lower.cpu.llvm_helpers import F32, F32P, I32, I64, c64, internal
 
 #: Rows of C per register block; the rows past the last full block run in blocks of
@@ -35,11 +35,7 @@ def _emit_small_gemm(module: ir.Module, name: str, w: int) -> ir.Function:
     h = _IR(ir.IRBuilder(fn.append_basic_block("entry")))
     b = h.b
     vt = _vec(F32, w)
-    mt = _vec(ir.IntType(1), w)
-    mload = declare_intrinsic(module, "llvm.masked.load", [vt, ir.PointerType()], vt,
-                              [ir.PointerType(), I32, mt, vt])
-    mstore = declare_intrinsic(module, "llvm.masked.store", [vt, ir.PointerType()],
-                               ir.VoidType(), [vt, ir.PointerType(), I32, mt])
+    mload, mstore = masked_load_store(module, vt)
     fma = declare_intrinsic(module, "llvm.fma", [vt], vt, [vt, vt, vt])
     zero = ir.Constant(vt, [0.0] * w)
     four = ir.Constant(I32, 4)
