@@ -15,7 +15,7 @@ from planner.catalog import CatalogRegistry
 from planner.errors import PlannerError
 from planner.ir.interpreter import interpret
 from planner.lower import compile_kernel
-from planner.lower.cpu import runtime
+from planner.lower.cpu import runtime, workpool
 from planner.solve import plan_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "planner" / "examples"))
@@ -152,3 +152,37 @@ def test_call_in_a_forked_child() -> None:
     ok = queue.get(timeout=120)
     proc.join(timeout=60)
     assert ok and proc.exitcode == 0
+
+
+def test_a_split_segment_runs_through_the_native_gate_and_the_work_pool(monkeypatch) -> None:
+    # Force the split decision (any 1-worker time counts as long, any split time as a
+    # gain): once every segment is decided, steady calls skip the checked path and the
+    # gate hands the split segment to the pool, whose workers take pieces.
+    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
+    monkeypatch.setattr(runtime, "_SPLIT_GAIN", float("inf"))
+    runtime.shutdown_workers()
+    k, ck = _softmax(threads=2)
+    x = _x(203, 300, 11)  # 51 row blocks, the last one partial
+    want = _want(k, x)
+    for _ in range(2 * runtime._SPLIT_SAMPLES + 1):  # decide: 1-worker runs, split runs
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    checked = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+    jobs_before = int(workpool.shared_pool()._block[0])  # the pool's generation word
+    for seed in range(20):
+        x2 = _x(203, 300, 100 + seed)
+        np.testing.assert_allclose(ck(X=x2, Y=np.empty_like(x2))["Y"], _want(k, x2),
+                                   rtol=1e-5, atol=1e-6)
+    assert not checked
+    assert int(workpool.shared_pool()._block[0]) - jobs_before == 2 * 20  # 20 jobs
+    assert ck._last is not None and ck._last.helpers == 1
+    assert runtime.worker_threads() == 1
+    # the same signature on one thread is not the 2-thread plan: it takes the checked
+    # path once, then its own fast plan
+    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x), threads=1)["Y"], want, rtol=1e-5,
+                               atol=1e-6)
+    assert checked
+    runtime.shutdown_workers()

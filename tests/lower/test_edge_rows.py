@@ -116,17 +116,3 @@ def test_rows_coupled_across_the_tile_are_not_clamped():
     for threads in (1, 2):
         got = ck(X=x, Y=np.full((m, n), np.nan, np.float32), threads=threads)["Y"]
         np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 9, 100])
-def test_split_runs_every_instance_once(n):
-    from planner.lower.cpu import runtime
-
-    seen = []
-
-    def fn(begin, end, *args):
-        seen.extend(range(begin, end))
-
-    arenas = [np.zeros(64, np.uint8) for _ in range(2)]
-    runtime._run_segment(fn, n, min(2, n), (0, 0, 0), arenas, (0, 0))
-    assert sorted(seen) == list(range(n))

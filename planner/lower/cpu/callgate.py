@@ -5,9 +5,11 @@ writeability of an earlier, fully checked call needs none of the Python checks a
 the *gate*, a small JIT-compiled function shared by all kernels, compares each array's
 ``PyArrayObject`` fields (type, ``nd``, dimensions, strides, descr, the WRITEABLE flag)
 with a per-signature context block, writes the data pointers into a stack array and
-calls the kernel's segment functions inline, all in one ctypes call (which releases the
-GIL).  It returns 0 when it ran and 1 when any field differs; the caller then takes the
-ordinary checked path, so every error message is the ordinary one.
+calls the kernel's segment functions, inline or (a segment split across workers) through
+the native work pool (:mod:`planner.lower.cpu.workpool`), all in one ctypes call
+(which releases the GIL).  It returns 0 when it ran and 1 when any field differs; the
+caller then takes the ordinary checked path, so every error message is the ordinary
+one.
 
 The gate reads numpy's object layout directly (``PyObject_HEAD``, then ``data``,
 ``nd``, ``dimensions``, ``strides``, ``base``, ``descr``, ``flags``: stable since
@@ -17,7 +19,10 @@ whose object header is larger.
 
 Context block (``int64`` words): ``[type(ndarray), nparams, nsegments, syms, strides,
 bufinfo]``, then per parameter ``[nd, id(dtype), needs_writeable, *dims, *byte_strides]``,
-then per segment to run ``[function address, instances]``.
+then per segment to run ``[function address, instances, helper workers]``.  The gate's
+other arguments are the address table of the worker arenas (worker 0's first), the
+global arena and the pool block (whose word ``workpool.RUN_WORD`` holds the pool's
+run function).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from planner.lower.cpu import workpool
+
 __all__ = ["MAX_ARITY", "context_block", "gate"]
 
 #: kernels with more view parameters than this take the ordinary path
@@ -38,8 +45,10 @@ _OFF = {"type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
         "flags": 64}
 
 _GATE = r"""
-define i64 @planner_gate(i64* %ctx, i8** %objs, i8* %arena, i8* %garena) {
+define i64 @planner_gate(i64* %ctx, i8** %objs, i64* %arenas, i8* %garena, i64* %pool) {
 entry:
+  %arena.i = load i64, i64* %arenas
+  %arena = inttoptr i64 %arena.i to i8*
   %tp = load i64, i64* %ctx
   %p1 = getelementptr i64, i64* %ctx, i64 1
   %np = load i64, i64* %p1
@@ -138,8 +147,8 @@ pdone:
   %cn = add i64 %c3, %nd2
   br label %ploop
 sloop:
-  %j = phi i64 [0, %ploop], [%j1, %sbody]
-  %cs = phi i64 [%c, %ploop], [%cs2, %sbody]
+  %j = phi i64 [0, %ploop], [%j1, %snext]
+  %cs = phi i64 [%c, %ploop], [%cs3, %snext]
   %send = icmp eq i64 %j, %ns
   br i1 %send, label %done, label %sbody
 sbody:
@@ -149,9 +158,35 @@ sbody:
   %cs1 = add i64 %cs, 1
   %n.p = getelementptr i64, i64* %ctx, i64 %cs1
   %n = load i64, i64* %n.p
+  %cs2 = add i64 %cs, 2
+  %h.p = getelementptr i64, i64* %ctx, i64 %cs2
+  %helpers = load i64, i64* %h.p
+  %split = icmp sgt i64 %helpers, 0
+  br i1 %split, label %spool, label %sinline
+sinline:
   call void %fn(i64 0, i64 %n, i64* %syms, i8** %views, i64* %str, i8* %arena,
                 i8* %garena, i64* %tab)
-  %cs2 = add i64 %cs, 2
+  br label %snext
+spool:
+  %run.p = getelementptr i64, i64* %pool, i64 POOL_RUN
+  %run.i = load i64, i64* %run.p
+  %run = inttoptr i64 %run.i to void (i64*, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                      i64)*
+  %chunks = add i64 %helpers, 1
+  %most = mul i64 %chunks, PIECES
+  %fewer = icmp slt i64 %n, %most
+  %pieces = select i1 %fewer, i64 %n, i64 %most
+  %syms.w = ptrtoint i64* %syms to i64
+  %views.w = ptrtoint i8** %views to i64
+  %str.w = ptrtoint i64* %str to i64
+  %ar.w = ptrtoint i64* %arenas to i64
+  %ga.w = ptrtoint i8* %garena to i64
+  %tab.w = ptrtoint i64* %tab to i64
+  call void %run(i64* %pool, i64 %fn.i, i64 %n, i64 %pieces, i64 %helpers, i64 %syms.w,
+                 i64 %views.w, i64 %str.w, i64 %ar.w, i64 %ga.w, i64 %tab.w)
+  br label %snext
+snext:
+  %cs3 = add i64 %cs, 3
   %j1 = add i64 %j, 1
   br label %sloop
 done:
@@ -163,20 +198,24 @@ fail:
 
 
 def _wrapper(n: int) -> str:
-    """``planner_gate_<n>(ctx, arena, garena, a0 .. a<n-1>)``: the arrays as arguments."""
+    """``planner_gate_<n>(ctx, arenas, garena, pool, a0 .. a<n-1>)``: the arrays as
+    arguments."""
     args = ", ".join(f"i8* %a{i}" for i in range(n))
-    lines = [f"define i64 @planner_gate_{n}(i64* %ctx, i8* %arena, i8* %garena, {args}) {{",
+    lines = [f"define i64 @planner_gate_{n}(i64* %ctx, i64* %arenas, i8* %garena, "
+             f"i64* %pool, {args}) {{",
              "entry:", f"  %objs = alloca i8*, i64 {n}"]
     for i in range(n):
         lines += [f"  %s{i} = getelementptr i8*, i8** %objs, i64 {i}",
                   f"  store i8* %a{i}, i8** %s{i}"]
-    lines += ["  %r = call i64 @planner_gate(i64* %ctx, i8** %objs, i8* %arena, "
-              "i8* %garena)", "  ret i64 %r", "}"]
+    lines += ["  %r = call i64 @planner_gate(i64* %ctx, i8** %objs, i64* %arenas, "
+              "i8* %garena, i64* %pool)", "  ret i64 %r", "}"]
     return "\n".join(lines)
 
 
 def _module_text() -> str:
-    text = _GATE.replace("MAXP", str(MAX_ARITY)).replace("WRITEABLE", str(_WRITEABLE))
+    text = (_GATE.replace("MAXP", str(MAX_ARITY)).replace("WRITEABLE", str(_WRITEABLE))
+            .replace("POOL_RUN", str(workpool.RUN_WORD))
+            .replace("PIECES", str(workpool.PIECES_PER_WORKER)))
     for key, off in _OFF.items():
         text = text.replace(f"OFF_{key.upper()}", str(off))
     return "\n".join(["; planner call gate", text,
@@ -230,7 +269,7 @@ def gate(arity: int) -> Any | None:
         if fn is None:
             p = ctypes.c_void_p
             fn = fns[arity] = module.ctypes_function(f"planner_gate_{arity}", ctypes.c_int64,
-                                                     [p] * (3 + arity))
+                                                     [p] * (4 + arity))
         return fn
 
 
@@ -247,13 +286,14 @@ def _build() -> Any | None:
 
 
 def context_block(arrays: Sequence[np.ndarray], writes: Sequence[bool], syms: int,
-                  strides: int, table: int, segments: Sequence[tuple[int, int]]
+                  strides: int, table: int, segments: Sequence[tuple[int, int, int]]
                   ) -> np.ndarray:
     """The gate's context block for a call with exactly these arrays (see the module
-    docstring); ``segments`` are (function address, instances) of the segments to run."""
+    docstring); ``segments`` are (function address, instances, helper workers) of the
+    segments to run (0 helpers: inline on the calling thread)."""
     words = [id(np.ndarray), len(arrays), len(segments), syms, strides, table]
     for a, w in zip(arrays, writes, strict=True):
         words += [a.ndim, id(a.dtype), int(w), *a.shape, *a.strides]
-    for fn, n in segments:
-        words += [fn, n]
+    for fn, n, helpers in segments:
+        words += [fn, n, helpers]
     return np.array(words, dtype=np.int64)

@@ -34,22 +34,21 @@ the split, so 1-thread and n-thread results are bit-identical.
 Steady-state calls.  A checked call leaves a fast plan per call signature (shapes,
 strides, dtypes, writeability, bindings): the context block of the native gate
 (:mod:`planner.lower.cpu.callgate`), which re-checks the arrays' fields and runs every
-segment inline in one ctypes call when no segment is split across workers; any
-difference (or a concurrent call holding the reusable arenas) falls back to the checked
-path, with its errors.  The worker pools are shared, parked between calls, joined at
-exit or by :func:`shutdown_workers`, and forgotten in a forked child.
+segment in one ctypes call, inline or (once its split is decided) through the native
+work pool (:mod:`planner.lower.cpu.workpool`); any difference (or a concurrent call
+holding the reusable arenas or the pool) falls back to the checked path, with its
+errors.  The pool's workers are shared, spin briefly and then sleep between calls, are
+joined at exit or by :func:`shutdown_workers`, and forgotten in a forked child.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import os
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +60,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
-from planner.lower.cpu import callgate
+from planner.lower.cpu import callgate, workpool
 from planner.lower.cpu.abi import ModuleInfo
 from planner.lower.cpu.codegen import emit_program
 from planner.lower.cpu.config import MMA_WORK_SYMBOL, CodegenConfig
@@ -136,39 +135,21 @@ def default_kernel_cache() -> KernelCache:
         return cache
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A shared pool of exactly ``workers`` threads (one per size, created on first use;
-    never shut down, so concurrent calls can always submit)."""
-    with _state_lock:
-        pools: dict[int, ThreadPoolExecutor] = _state.setdefault("pools", {})
-        pool = pools.get(workers)
-        if pool is None:
-            pool = pools[workers] = ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix=f"planner-cpu{workers}")
-        return pool
-
-
 def worker_threads() -> int:
-    """How many worker threads the shared pools have started (and not stopped)."""
-    with _state_lock:
-        return sum(len(p._threads) for p in _state.get("pools", {}).values())
+    """How many worker threads the shared pool has started (and not stopped)."""
+    return workpool.started_threads()
 
 
 def shutdown_workers() -> None:
     """Stop and join every worker thread; the next split segment starts them again.
-    (At interpreter exit the pools' threads are joined by ``concurrent.futures``.)"""
-    with _state_lock:
-        pools = _state.pop("pools", {})
-    for pool in pools.values():
-        pool.shutdown(wait=True)
+    (At interpreter exit they are stopped and joined too.)"""
+    workpool.shutdown()
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's threads: forget their pools (and a lock
-    another thread may have held at the fork) so the child starts its own."""
+    """A lock another thread may have held at the fork is free in the child."""
     global _state_lock
     _state_lock = threading.Lock()
-    _state.pop("pools", None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -300,6 +281,7 @@ class CompiledKernel:
                            for seg in prog.segments]
         self._arena_lock = threading.Lock()
         self._arenas: list[np.ndarray] = []  # reused by calls that do not overlap
+        self._arena_table = np.zeros(1, np.int64)  # their addresses, for the work pool
         self._global = _aligned(0)
         # the native fast path (planner.lower.cpu.callgate): the gate, the segment
         # addresses, the fast plan per call signature and the one tried first, and the
@@ -307,10 +289,11 @@ class CompiledKernel:
         self._gate = (callgate.gate(len(prog.params)) if code.refusal is None and code.functions
                       else None)
         self._fn_addrs = ([code.module.address(n) for n in code.info.functions]
-                          if self._gate is not None else [])
+                          if code.refusal is None and code.functions else [])
         self._fasts: dict[tuple[object, ...], _FastCall] = {}
         self._last: _FastCall | None = None
-        self._arena_cap = (0, 0, 0, 0)
+        # (arena table address, arenas, bytes of each, global arena address, its bytes)
+        self._arena_cap = (0, 0, 0, 0, 0)
 
     @property
     def loop_program(self) -> LoopProgram:
@@ -377,8 +360,13 @@ class CompiledKernel:
                   ) -> dict[str, np.ndarray] | None:
         """Run a call with the signature of ``fast`` natively (the gate checks the
         arrays); None when it does not apply (the caller takes the checked path)."""
-        if (len(arrays) != fast.given or (bindings or None) != fast.bindings
-                or not (fast.inline or (self.threads if threads is None else threads) <= 1)):
+        nthreads = self.threads if threads is None else max(1, int(threads))
+        if len(arrays) != fast.given or (bindings or None) != fast.bindings:
+            return None
+        if fast.helpers:
+            if nthreads != fast.threads:
+                return None
+        elif not (fast.inline or nthreads <= 1):
             return None
         try:
             objs = [arrays[name] if alloc is None else np.zeros(*alloc)
@@ -388,11 +376,22 @@ class CompiledKernel:
         if not self._arena_lock.acquire(blocking=False):
             return None  # a concurrent call holds the arenas: the checked path makes its own
         try:
-            worker, worker_bytes, glob, glob_bytes = self._arena_cap
-            if fast.worker > worker_bytes or fast.glob > glob_bytes:
+            table, count, worker_bytes, glob, glob_bytes = self._arena_cap
+            if (fast.worker > worker_bytes or fast.glob > glob_bytes
+                    or count < fast.helpers + 1):
                 return None
-            if self._gate(fast.ctx_addr, worker, glob, *map(id, objs)):
-                return None
+            if not fast.helpers:
+                if self._gate(fast.ctx_addr, table, glob, 0, *map(id, objs)):
+                    return None
+            else:
+                pool = workpool.shared_pool()
+                if not pool.enter(fast.helpers):
+                    return None
+                try:
+                    if self._gate(fast.ctx_addr, table, glob, pool.address, *map(id, objs)):
+                        return None
+                finally:
+                    pool.leave()
         finally:
             self._arena_lock.release()
         return {name: objs[i] for name, i in fast.outputs}
@@ -419,9 +418,11 @@ class CompiledKernel:
                 if not p.readonly:
                     outputs[p.name] = a
             self._execute(env, syms, views, strides, nthreads, prep)
-            self._last = self._fasts.get(key)
-            if self._last is not None:
-                self._last.inline = _all_inline(prep)
+            fast = self._fasts.get(key)
+            if fast is None or fast.stale(prep, nthreads):
+                fast = self._fast_call(key, given, bindings, env, syms, strides, prep,
+                                       nthreads)
+            self._last = fast
             return outputs
         arrays = self._complete(dict(arrays), bindings)
         env = bind_symbols(self.kernel, arrays, bindings)
@@ -440,21 +441,25 @@ class CompiledKernel:
             self._calls[key] = (env, syms, strides, {
                 p.name: (arrays[p.name].shape, arrays[p.name].dtype)
                 for p in prog.params if p.name not in given_names}, prep)
-            self._last = self._fast_call(key, arrays, bindings, env, syms, strides, prep)
+            self._last = self._fast_call(key, arrays, bindings, env, syms, strides, prep,
+                                         nthreads)
         return outputs
 
     def _fast_call(self, key: tuple[object, ...], arrays: Mapping[str, np.ndarray],
                    bindings: Mapping[str, int] | None, env: Mapping[str, int],
-                   syms: np.ndarray, strides: np.ndarray, prep: tuple[Any, ...]
-                   ) -> _FastCall | None:
-        """The fast plan of a checked call with signature ``key`` (None: no gate)."""
+                   syms: np.ndarray, strides: np.ndarray, prep: tuple[Any, ...],
+                   threads: int) -> _FastCall | None:
+        """The fast plan of a checked call with signature ``key`` on ``threads``
+        threads (None: no gate).  Segments whose split is decided run split through the
+        work pool; undecided ones inline (so the plan is rebuilt once they are)."""
         if self._gate is None:
             return None
         prog = self._code.program
         worker, glob, table = self._layout(env, tuple(int(v) for v in syms))
         given = {k for k, _ in key[0]}
         objs = [arrays[p.name] for p in prog.params]
-        segs = [(fn, n) for fn, n in zip(self._fn_addrs, prep[3], strict=True) if n > 0]
+        segs = [(fn, n, min(threads, n) - 1 if s is True else 0)
+                for fn, n, s in zip(self._fn_addrs, prep[3], prep[6], strict=True) if n > 0]
         ctx = callgate.context_block(objs, [not p.readonly for p in prog.params],
                                      _addr(syms), _addr(strides), _addr(table), segs)
         fast = _FastCall(
@@ -463,7 +468,8 @@ class CompiledKernel:
             params=tuple((p.name, None if p.name in given else (a.shape, a.dtype))
                          for p, a in zip(prog.params, objs, strict=True)),
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
-            worker=worker, glob=glob, inline=_all_inline(prep),
+            worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
+            threads=threads, helpers=max((h for _, _, h in segs), default=0),
             keep=(syms, strides, table, tuple(a.dtype for a in objs)))
         if len(self._fasts) > 64:
             self._fasts.clear()
@@ -571,7 +577,7 @@ class CompiledKernel:
         :data:`_SPLIT_SAMPLES` are in: see ``_SPLIT_MIN_S``)."""
         worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
         counts = [e.evaluate(env) for e in self._instances]
-        split: list[bool | list[float] | None] = [None] * len(counts)
+        split: list[Any] = [None] * len(counts)
         return (worker_size, global_size, _addr(table), counts, _addr(syms), _addr(strides),
                 split)
 
@@ -585,64 +591,63 @@ class CompiledKernel:
         try:
             if reuse:
                 self._arenas = [a if a.nbytes >= worker_size else _aligned(worker_size)
-                                for a in self._arenas[:chunks_max]]
+                                for a in self._arenas]
                 self._arenas += [_aligned(worker_size)
                                  for _ in range(chunks_max - len(self._arenas))]
                 if self._global.nbytes < global_size:
                     self._global = _aligned(global_size)
-                arenas, garena = self._arenas, self._global
-                self._arena_cap = (_addr(arenas[0]), arenas[0].nbytes, _addr(garena),
+                if len(self._arena_table) != len(self._arenas) or any(
+                        int(t) != _addr(a) for t, a in zip(self._arena_table, self._arenas,
+                                                            strict=True)):
+                    self._arena_table = np.array([_addr(a) for a in self._arenas], np.int64)
+                arenas, garena, table_of = self._arenas, self._global, self._arena_table
+                self._arena_cap = (_addr(table_of), len(arenas),
+                                   min(a.nbytes for a in arenas), _addr(garena),
                                    garena.nbytes)
             else:
                 arenas = [_aligned(worker_size) for _ in range(chunks_max)]
                 garena = _aligned(global_size)
+                table_of = np.array([_addr(a) for a in arenas], np.int64)
             base = (syms_at, ctypes.addressof(views), strides_at)
             tail = (_addr(garena), table)
-            for i, (fn, n) in enumerate(zip(self._code.functions, counts, strict=True)):
+            for i, (fn, addr, n) in enumerate(zip(self._code.functions, self._fn_addrs,
+                                                  counts, strict=True)):
                 if n <= 0:
                     continue
                 chunks = min(threads, n)
                 s = split[i]
                 if chunks > 1 and s is not True:
-                    chunks = 1
-                    if s is not False:  # time its first 1-worker runs, then decide
+                    if s is False:
+                        chunks = 1
+                    else:  # still deciding: time this run, one worker or split
+                        trial = isinstance(s, tuple)
                         t0 = time.perf_counter()
-                        _run_segment(fn, n, 1, base, arenas, tail)
-                        runs = (s or []) + [time.perf_counter() - t0]
-                        split[i] = runs if len(runs) < _SPLIT_SAMPLES \
-                            else min(runs) > _SPLIT_MIN_S
+                        _run_segment(fn, addr, n, chunks if trial else 1, base, arenas,
+                                     table_of, tail)
+                        split[i] = _decide(s, time.perf_counter() - t0)
                         continue
-                _run_segment(fn, n, chunks, base, arenas, tail)
+                _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail)
         finally:
             if reuse:
                 self._arena_lock.release()
 
 
-def _run_segment(fn: Any, n: int, chunks: int, base: tuple[int, ...],
-                 arenas: list[np.ndarray], tail: tuple[int, ...]) -> None:
-    """Instances ``[0, n)`` run by ``chunks`` workers (the calling thread is one): split
-    into up to ``_PIECES_PER_WORKER`` contiguous pieces per worker that the workers take
-    in order as they finish (edge instances cost what they compute, so equal counts are
-    not equal work: a worker that drew cheap edge pieces takes more of them)."""
-    if chunks == 1:
+def _run_segment(fn: Any, addr: int, n: int, chunks: int, base: tuple[int, ...],
+                 arenas: list[np.ndarray], arena_table: np.ndarray, tail: tuple[int, ...]
+                 ) -> None:
+    """Instances ``[0, n)`` of the segment (ctypes function ``fn`` at ``addr``) run by
+    ``chunks`` threads, the calling one included: up to
+    :data:`~planner.lower.cpu.workpool.PIECES_PER_WORKER` contiguous pieces per thread,
+    taken in order as they finish (edge instances cost what they compute, so equal
+    counts are not equal work), by the native pool (:mod:`planner.lower.cpu.workpool`).
+    ``arena_table`` holds the addresses of ``arenas``."""
+    def alone() -> None:
         fn(0, n, *base, _addr(arenas[0]), *tail)
+
+    if chunks == 1:
+        alone()
         return
-    pieces = min(n, chunks * _PIECES_PER_WORKER)
-    bounds = [n * c // pieces for c in range(pieces + 1)]
-    order = itertools.count()  # next() is atomic under the GIL
-
-    def worker(c: int) -> None:
-        arena = _addr(arenas[c])
-        while (j := next(order)) < pieces:
-            fn(bounds[j], bounds[j + 1], *base, arena, *tail)
-
-    pool = _pool(chunks - 1)
-    futures: list[Future[None]] = [pool.submit(worker, c) for c in range(1, chunks)]
-    try:
-        worker(0)
-    finally:
-        for f in futures:
-            f.result()
+    workpool.shared_pool().run(addr, n, chunks, base, _addr(arena_table), tail, alone)
 
 
 @dataclass(slots=True)
@@ -658,17 +663,29 @@ class _FastCall:
     worker: int  # bytes of worker 0's arena and of the global arena the code needs
     glob: int
     inline: bool  # every segment runs on the caller whatever the thread count
+    settled: bool  # every split decision was made when ctx was built
+    threads: int  # the thread count ctx was built for
+    helpers: int  # the most pool workers one of its segments uses (0: all inline)
     keep: tuple[Any, ...]  # the tables (and dtypes) whose addresses ctx holds
+
+
+    def stale(self, prep: tuple[Any, ...], threads: int) -> bool:
+        """Whether a call on ``threads`` threads with ``prep`` needs a new context
+        block: split decisions made since, or splits for another thread count."""
+        return ((not self.settled and _settled(prep))
+                or (self.helpers > 0 and threads != self.threads)
+                or (threads > 1 and self.threads <= 1 and not self.inline))
+
+
+def _settled(prep: tuple[Any, ...]) -> bool:
+    """Whether every segment's split decision is made (see ``_SPLIT_SAMPLES``)."""
+    return all(n <= 1 or isinstance(s, bool) for n, s in zip(prep[3], prep[6], strict=True))
 
 
 def _all_inline(prep: tuple[Any, ...]) -> bool:
     """Whether every segment of a prepared call stays on the calling thread (one
     instance, or a 1-worker run too short to be worth splitting)."""
     return all(n <= 1 or s is False for n, s in zip(prep[3], prep[6], strict=True))
-
-
-#: pieces per worker of a split segment (dynamic assignment; a piece costs one call)
-_PIECES_PER_WORKER = 4
 
 
 def _call_key(arrays: Mapping[str, Any], bindings: Mapping[str, int] | None
@@ -689,15 +706,34 @@ def _addr(a: np.ndarray) -> int:
 
 
 _ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no more)
-#: a segment whose 1-worker run takes less than this (the fastest of its first
-#: :data:`_SPLIT_SAMPLES` runs: the first few run 2-4x slower, caches and pages cold)
-#: stays on the calling thread: waking a pool worker and sharing the pieces cost
-#: ~150-200 µs on this VM, more than splitting saves below ~0.4 ms (a 300x200x130 GEMM
-#: took 0.31 ms on one worker and 0.40 ms split, a 200x1000 softmax 0.24 and 0.30 ms; a
-#: 400x1000 softmax 0.48 and 0.44 ms).  Instances are independent, so the split never
-#: changes a result.
-_SPLIT_MIN_S = 400e-6
+#: Whether a parallel segment is split across workers is measured, per call signature:
+#: its first :data:`_SPLIT_SAMPLES` runs use one worker, the next as many split; it is
+#: split from then on when the fastest split run beat the fastest 1-worker run by
+#: :data:`_SPLIT_GAIN` (the first runs are cold, so minima, not means).  A segment whose
+#: 1-worker runs stay under :data:`_SPLIT_MIN_S` is not tried split at all: handing out
+#: pieces costs a few µs even with the workers spinning (:mod:`workpool`), and a worker
+#: that went to sleep takes ~100-200 µs to wake.  On a machine whose other cores are
+#: busy, splitting loses and the measurement says so.  Instances are independent, so the
+#: split never changes a result.
+_SPLIT_MIN_S = 20e-6
 _SPLIT_SAMPLES = 5
+_SPLIT_GAIN = 0.9
+
+
+def _decide(state: list[float] | tuple[float, list[float]] | None, seconds: float
+            ) -> bool | list[float] | tuple[float, list[float]]:
+    """The next split state of a segment after a timed run (see ``_SPLIT_SAMPLES``):
+    a list of 1-worker times, then (their minimum, split times), then the decision."""
+    if not isinstance(state, tuple):
+        runs = (state or []) + [seconds]
+        if len(runs) < _SPLIT_SAMPLES:
+            return runs
+        best = min(runs)
+        return (best, []) if best > _SPLIT_MIN_S else False
+    single, tried = state[0], [*state[1], seconds]
+    if len(tried) < _SPLIT_SAMPLES:
+        return (single, tried)
+    return min(tried) < single * _SPLIT_GAIN
 
 
 def _aligned(nbytes: int) -> np.ndarray:
