@@ -4,7 +4,7 @@ Usage::
 
     python bench/solve.py [--target x86-avx2] [--sizes 100 1000 10000] [--time-limit 10]
                           [--workers 2] [--chain 100 200 400] [--skip-examples]
-                          [--skip-synthetic] [--skip-chain]
+                          [--skip-synthetic] [--skip-chain] [--repeat 1]
 
 Part 1, per example (its default bindings): the time to plan it optimally and the cost
 ratio of each baseline (all-materialize, greedy-fusion, all-virtual) to the optimal plan
@@ -14,7 +14,8 @@ Part 2, synthetic kernels of about 100, 1,000 and 10,000 edges: a random DAG of
 elementwise ops, exps (shared by several consumers) and row reductions with their
 broadcasts over 4×16 f32 tiles, inside one parallel region, so register capacity
 binds.  Reported: the time to a proven optimum, or the gap when the time limit stops the
-search, on ``--workers`` search workers: ``plan s`` is the whole ``plan_kernel`` call
+search (against ``bound ns``: the solver's bound, or the capacity-free relaxation where
+that is higher), on ``--workers`` search workers: ``plan s`` is the whole ``plan_kernel`` call
 (graph, pricing, proofs, model building, search, evaluation), which ``time_limit`` bounds
 (``/ limit``: its share of the limit), ``cp-sat s`` the search alone (tie-break
 included), ``model size`` the estimate of :func:`planner.solve.budget.estimate_model_size`,
@@ -24,6 +25,10 @@ search, the reference evaluation).
 Part 3, the row softmax with ``N`` chained ``exp`` between its exp and its sum (the
 issue's "400 chained exps"), each planned in a fresh process: the whole call's wall time,
 its status, the process's peak resident memory (CP-SAT's included), and its phases.
+
+``--repeat N`` plans every synthetic graph and chain ``N`` times (the machine is shared
+and timings are noisy): ``plan s`` is then the median with the range, ``status`` counts
+each status seen, ``gap`` is the largest, and the other columns are the median run's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import concurrent.futures
 import multiprocessing
 import random
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -186,16 +192,39 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def bench_chain(target: str, sizes: list[int], time_limit: float, workers: int) -> str:
+def _median_run(runs: list[tuple[object, ...]], status_at: int, gap_at: int,
+                elapsed_at: int) -> tuple[tuple[object, ...], str, float, str]:
+    """Of repeated runs (tuples): the median run by wall time, every status seen with its
+    count, the largest gap, and the wall time as ``median`` or ``median [min-max]``."""
+    times = sorted(float(r[elapsed_at]) for r in runs)  # type: ignore[arg-type]
+    median = statistics.median(times)
+    run = min(runs, key=lambda r: abs(float(r[elapsed_at]) - median))  # type: ignore[arg-type]
+    seen: dict[str, int] = {}
+    for r in runs:
+        seen[str(r[status_at])] = seen.get(str(r[status_at]), 0) + 1
+    status = " ".join(s if len(runs) == 1 else f"{s}×{k}" for s, k in seen.items())
+    gap = max(float(r[gap_at]) for r in runs)  # type: ignore[arg-type]
+    wall = f"{median:.2f}" if len(runs) == 1 else f"{median:.2f} [{times[0]:.2f}-{times[-1]:.2f}]"
+    return run, status, gap, wall
+
+
+def bench_chain(target: str, sizes: list[int], time_limit: float, workers: int,
+                repeat: int = 1) -> str:
     rows = []
     for n_exp in sizes:
         spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
-        with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
-            edges, status, gap, elapsed, rss, spent = pool.submit(
-                _plan_chain, target, n_exp, time_limit, workers).result()
+        runs = []
+        for _ in range(max(1, repeat)):
+            with concurrent.futures.ProcessPoolExecutor(max_workers=1,
+                                                        mp_context=spawn) as pool:
+                runs.append(pool.submit(_plan_chain, target, n_exp, time_limit,
+                                        workers).result())
+        run, status, gap, wall = _median_run(runs, 1, 2, 3)
+        edges, _, _, elapsed, _, spent = run
         size = estimate_model_size(softmax_chain(n_exp), CHAIN_BINDINGS).figure
         rows.append((str(n_exp), str(edges), f"{size:,}", status, f"{gap:.3%}",
-                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", f"{rss:.0f}", spent))
+                     wall, f"{float(elapsed) / time_limit:.2f}",  # type: ignore[arg-type]
+                     f"{max(float(r[4]) for r in runs):.0f}", spent))  # type: ignore[arg-type]
     head = ("chained exps", "edges", "model size", "status", "gap", "plan s", "/ limit",
             "peak RSS MiB", "build/model/solve/evaluate s")
     return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7))
@@ -223,29 +252,36 @@ def bench_examples(target: str, time_limit: float, workers: int) -> str:
     return table(head, rows, right=(1, 3, 4, 5, 6, 7))
 
 
-def bench_synthetic(target: str, sizes: list[int], time_limit: float, workers: int) -> str:
+def bench_synthetic(target: str, sizes: list[int], time_limit: float, workers: int,
+                    repeat: int = 1) -> str:
     reg = CatalogRegistry()
     rows = []
     for size in sizes:
         kernel = synthetic_kernel(size)
         estimate = estimate_model_size(kernel, {"M": 64, "N": 64}).figure
-        t0 = time.perf_counter()
-        try:
-            plan = plan_kernel(kernel, reg.get(target), {"M": 64, "N": 64},
-                               time_limit_s=time_limit, workers=workers)
-        except PlannerError as exc:  # the limit passed with no plan at all
-            elapsed = time.perf_counter() - t0
-            rows.append((str(size), "-", f"{estimate:,}", exc.kind or "error",
-                         f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}", "-", "-", "-", "-"))
+        runs: list[tuple[object, ...]] = []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            try:
+                plan = plan_kernel(kernel, reg.get(target), {"M": 64, "N": 64},
+                                   time_limit_s=time_limit, workers=workers)
+            except PlannerError as exc:  # the limit passed with no plan at all
+                runs.append((None, exc.kind or "error", 0.0, time.perf_counter() - t0))
+                continue
+            runs.append((plan, plan.status.value, plan.gap, time.perf_counter() - t0))
+        run, status, gap, wall = _median_run(runs, 1, 2, 3)
+        plan, elapsed = run[0], float(run[3])  # type: ignore[arg-type]
+        if plan is None:
+            rows.append((str(size), "-", f"{estimate:,}", status, wall,
+                         f"{elapsed / time_limit:.2f}", "-", "-", "-", "-", "-"))
             continue
-        elapsed = time.perf_counter() - t0
-        rows.append((str(size), str(len(plan.edges)), f"{estimate:,}", plan.status.value,
-                     f"{elapsed:.2f}", f"{elapsed / time_limit:.2f}",
-                     f"{plan.solve_time_s:.2f}", f"{plan.gap:.3%}", f"{plan.objective:,}",
-                     _phases(plan)))
+        rows.append((str(size), str(len(plan.edges)), f"{estimate:,}", status,  # type: ignore[attr-defined]
+                     wall, f"{elapsed / time_limit:.2f}",
+                     f"{plan.solve_time_s:.2f}", f"{gap:.3%}", f"{plan.objective:,}",  # type: ignore[attr-defined]
+                     f"{plan.bound:,}", _phases(plan)))  # type: ignore[attr-defined]
     head = ("target edges", "edges", "model size", "status", "plan s", "/ limit", "cp-sat s",
-            "gap", "objective ns", "build/model/solve/evaluate s")
-    return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7, 8))
+            "gap", "objective ns", "bound ns", "build/model/solve/evaluate s")
+    return table(head, rows, right=(0, 1, 2, 4, 5, 6, 7, 8, 9))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,15 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-synthetic", action="store_true")
     ap.add_argument("--chain", type=int, nargs="+", default=[100, 200, 400])
     ap.add_argument("--skip-chain", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="plan each synthetic graph and chain N times: median wall time "
+                         "and range, every status seen, the largest gap")
     args = ap.parse_args(argv)
     print(f"target {args.target}, {args.workers} workers, time limit {args.time_limit:g} s\n")
     if not args.skip_examples:
         print(bench_examples(args.target, args.time_limit, args.workers), "\n", flush=True)
     if not args.skip_synthetic:
-        print(bench_synthetic(args.target, args.sizes, args.time_limit, args.workers), "\n",
-              flush=True)
+        print(bench_synthetic(args.target, args.sizes, args.time_limit, args.workers,
+                              args.repeat), "\n", flush=True)
     if not args.skip_chain:
-        print(bench_chain(args.target, args.chain, args.time_limit, args.workers))
+        print(bench_chain(args.target, args.chain, args.time_limit, args.workers,
+                          args.repeat))
     return 0
 
 
