@@ -321,13 +321,36 @@ class _Nests(_Elements):
             elif isinstance(p, lp.ReduceNest):
                 slots, _, ident = accs[i]
                 combine = _COMBINE[(p.fn, p.value.dtype)]
-                vec = b.load(slots[0])
-                for slot in slots[1:]:
-                    vec = combine(self, vec, b.load(slot))
+                vec = self._merged(slots, combine, n, lo,
+                                   s.extents[-1].const_value() if start is None else None)
                 total = _HORIZONTAL[(p.fn, p.value.dtype)](self, vec, ident)
                 lanes = _Lanes(1, None, None, edge)
                 self.write(p.dest, self.splat(total, 1), p.value.dtype, lanes)
 
+
+    def _merged(self, slots: list[ir.Value], combine, n: ir.Value, lo: ir.Value,  # type: ignore[no-untyped-def]
+                const_n: int | None) -> ir.Value:
+        """The accumulators of a row combined lane-wise, in order. Only the unrolled loop
+        (``n - lo >= len(slots) * w``) adds to the accumulators after the first; where it
+        does not run they hold the identity, which changes no bit of the first (a sum's
+        accumulator starts at +0 and is never -0), and are not combined: a row of fewer
+        than ``len(slots)`` vectors (a clamped edge tile's) skips that latency chain."""
+        b = self.b
+        step = len(slots) * self.cg.config.vector_width
+        if len(slots) == 1 or (const_n is not None and const_n < step):
+            return b.load(slots[0])
+
+        def merge() -> ir.Value:
+            vec = b.load(slots[0])
+            for slot in slots[1:]:
+                vec = combine(self, vec, b.load(slot))
+            return vec
+
+        if const_n is not None:
+            return merge()
+        with b.if_then(b.icmp_signed(">=", b.sub(n, lo), c64(step))):
+            b.store(merge(), slots[0])
+        return b.load(slots[0])
 
     # ------------------------------------------------------------------ streaming stores
 
