@@ -24,6 +24,7 @@ other operand known to be 0.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from planner.ir.core import BinaryFn, ReduceFn, UnaryFn
 from planner.ir.dtypes import DType
@@ -180,28 +181,37 @@ def _clamped_rows(seg: lp.Segment, prog: lp.LoopProgram) -> tuple[lp.Stmt, ...]:
         return seg.body
     r, _, row_stmts = got
 
-    def rewrite(stmts: tuple[lp.Stmt, ...]) -> tuple[lp.Stmt, ...]:
-        out: list[lp.Stmt] = []
-        for s in stmts:
-            if isinstance(s, lp.Loop):
-                s = dataclasses.replace(s, body=rewrite(s.body))
-            elif isinstance(s, lp.Pipeline):
-                s = dataclasses.replace(s, stages=tuple(
-                    dataclasses.replace(st, body=rewrite(st.body)) for st in s.stages))
-            elif id(s) in row_stmts:
-                if isinstance(s, lp.Mma):
-                    s = dataclasses.replace(s, m=r)
-                elif isinstance(s, lp.FusedNest):
-                    s = dataclasses.replace(
-                        s, extents=(r, *s.extents[1:]),
-                        parts=tuple(dataclasses.replace(p, extents=(r, *p.extents[1:]))
-                                    for p in s.parts))
-                else:
-                    s = dataclasses.replace(s, extents=(r, *s.extents[1:]))  # type: ignore[arg-type]
-            out.append(s)
-        return tuple(out)
+    def clamp(s: lp.Stmt) -> lp.Stmt:
+        if id(s) not in row_stmts:
+            return s
+        if isinstance(s, lp.Mma):
+            return dataclasses.replace(s, m=r)
+        if isinstance(s, lp.FusedNest):
+            return dataclasses.replace(
+                s, extents=(r, *s.extents[1:]),
+                parts=tuple(dataclasses.replace(p, extents=(r, *p.extents[1:]))
+                            for p in s.parts))
+        return dataclasses.replace(s, extents=(r, *s.extents[1:]))  # type: ignore[arg-type]
 
-    return rewrite(seg.body)
+    return _map_leaves(seg.body, clamp)
+
+
+def _map_leaves(stmts: tuple[lp.Stmt, ...], change: Callable[[lp.Stmt], lp.Stmt]
+                ) -> tuple[lp.Stmt, ...]:
+    """``stmts`` with every statement inside loops and pipeline stages (not the loops and
+    pipelines themselves) replaced by ``change(statement)``."""
+    out: list[lp.Stmt] = []
+    for s in stmts:
+        if isinstance(s, lp.Loop):
+            s = dataclasses.replace(s, body=_map_leaves(s.body, change))
+        elif isinstance(s, lp.Pipeline):
+            s = dataclasses.replace(s, stages=tuple(
+                dataclasses.replace(st, body=_map_leaves(st.body, change))
+                for st in s.stages))
+        else:
+            s = change(s)
+        out.append(s)
+    return tuple(out)
 
 
 
@@ -679,26 +689,17 @@ def _clamp_bound(body: tuple[lp.Stmt, ...], seg: lp.Segment, prog: lp.LoopProgra
     if not clamps:
         return body
 
-    def rewrite(stmts: tuple[lp.Stmt, ...]) -> tuple[lp.Stmt, ...]:
-        out: list[lp.Stmt] = []
-        for s in stmts:
-            if isinstance(s, lp.Loop):
-                s = dataclasses.replace(s, body=rewrite(s.body))
-            elif isinstance(s, lp.Pipeline):
-                s = dataclasses.replace(s, stages=tuple(
-                    dataclasses.replace(st, body=rewrite(st.body)) for st in s.stages))
-            elif id(s) in clamps:
-                r = clamps[id(s)]
-                if isinstance(s, lp.FusedNest):
-                    s = dataclasses.replace(
-                        s, extents=(*s.extents[:-1], r),
-                        parts=tuple(dataclasses.replace(p, extents=(*p.extents[:-1], r))
-                                    for p in s.parts))
-                else:
-                    s = dataclasses.replace(s, extents=(*s.extents[:-1], r))  # type: ignore[arg-type]
-            elif id(s) in ks and isinstance(s, lp.Mma):
-                s = dataclasses.replace(s, k=ks[id(s)])
-            out.append(s)
-        return tuple(out)
+    def clamp(s: lp.Stmt) -> lp.Stmt:
+        if id(s) in clamps:
+            r = clamps[id(s)]
+            if isinstance(s, lp.FusedNest):
+                return dataclasses.replace(
+                    s, extents=(*s.extents[:-1], r),
+                    parts=tuple(dataclasses.replace(p, extents=(*p.extents[:-1], r))
+                                for p in s.parts))
+            return dataclasses.replace(s, extents=(*s.extents[:-1], r))  # type: ignore[arg-type]
+        if id(s) in ks and isinstance(s, lp.Mma):
+            return dataclasses.replace(s, k=ks[id(s)])
+        return s
 
-    return rewrite(body)
+    return _map_leaves(body, clamp)
