@@ -1,6 +1,7 @@
 """``mma`` statements: the small kernel or the packed GEMM on buffers or view windows
 (edge tiles clamped to the view, or staged with their fill), the per-worker packing
-scratch, and the copies an mma packs through instead (:mod:`.mma_sources`)."""
+scratch and pack caches (packed blocks of read-only views shared by the instances of one
+segment call), and the copies an mma packs through instead (:mod:`.mma_sources`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,18 @@ import llvmlite.ir as ir
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym, add
 from planner.lower.cpu.config import MMA_WORK_SYMBOL
-from planner.lower.cpu.gemm import emit_scratch_floats
-from planner.lower.cpu.llvm_helpers import F32P, I8P, I32, I64, c64, declare_function
+from planner.lower.cpu.gemm import cache_table_i64, emit_free_cache, emit_scratch_floats
+from planner.lower.cpu.llvm_helpers import (
+    F32P,
+    I1,
+    I8,
+    I8P,
+    I32,
+    I64,
+    I64P,
+    c64,
+    declare_function,
+)
 from planner.lower.cpu.mma_sources import ViewCopies, staging_forwards, view_copies
 from planner.lower.cpu.nests import _Nests
 from planner.lower.loops import program as lp
@@ -21,6 +32,8 @@ class _Mma(_Nests):
 
     #: The segment's view copies (found on the first :meth:`forwarded_copies`).
     view_sources: ViewCopies | None = None
+    #: The segment's pack caches (A, B; i64* tables), made on the first packed mma.
+    pack_tables: tuple[ir.Value, ir.Value] | None = None
 
     def mma(self, s: lp.Mma) -> None:
         """``c (+)= a @ b`` on the part of the tile that the operands define.
@@ -36,8 +49,8 @@ class _Mma(_Nests):
         c_ptr, ldc, _ = self.mma_buffer(s.c)
         srcs = self.view_sources.sources if self.view_sources is not None else {}
         copies = (srcs.get((id(s), 0)), srcs.get((id(s), 1)))
-        a_ptr, rsa, csa, a_rows, a_cols = self.mma_operand(s.a, m, k, copies[0])
-        b_ptr, rsb, csb, b_rows, b_cols = self.mma_operand(s.b, k, n, copies[1])
+        a_ptr, rsa, csa, a_rows, a_cols, a_keep = self.mma_operand(s.a, m, k, copies[0])
+        b_ptr, rsb, csb, b_rows, b_cols, b_keep = self.mma_operand(s.b, k, n, copies[1])
         b = self.b
         zeros = [self.zeros.get((id(s), o.buffer, o.version))
                  if isinstance(o, lp.MmaBuf) and cp is None else None
@@ -68,8 +81,12 @@ class _Mma(_Nests):
                        [me, ne, ke, a_ptr, rsa, b_ptr, rsb, c_ptr, ldc, acc])
             with other:
                 scratch = self.gemm_scratch(ne)
-                b.call(self.cg.sgemm(), [me, ne, ke, a_ptr, rsa, csa, b_ptr, rsb, csb,
-                                         c_ptr, ldc, acc, scratch])
+                atab, btab = self.pack_caches()
+                null = ir.Constant(I64P, None)
+                cached = self.cg.module.get_global(f"{self.cg.sgemm().name}_cached")
+                b.call(cached, [me, ne, ke, a_ptr, rsa, csa, b_ptr, rsb, csb, c_ptr, ldc, acc,
+                                scratch, b.select(a_keep, atab, null),
+                                b.select(b_keep, btab, null)])
 
     def work_counter(self) -> ir.GlobalVariable:
         """The module's multiply-add counter (``CodegenConfig.count_work``)."""
@@ -106,11 +123,38 @@ class _Mma(_Nests):
             b.store(need, cap)
         return b.load(ptr)
 
+    def pack_caches(self) -> tuple[ir.Value, ir.Value]:
+        """The segment call's pack caches (A blocks, B panels) for the packed GEMM
+        (:func:`~.gemm.emit_gemm_f32_strided`'s ``_cached`` entry point): zeroed tables
+        on the stack, filled by the mmas of every instance the call runs, so that an
+        instance packs what an earlier one already packed from the same read-only view
+        (same address, strides and extents) only once; freed on return. Nothing writes a
+        read-only view while a segment runs, so a matching key means the same values."""
+        if self.pack_tables is None:
+            b = self.b
+            with b.goto_block(self.entry):
+                if self.entry.instructions:
+                    b.position_before(self.entry.instructions[0])
+                tabs = []
+                for which in ("a", "b"):
+                    n = cache_table_i64(which)
+                    arr = b.alloca(ir.ArrayType(I64, n), name=f"gemm.cache.{which}")
+                    arr.align = 64
+                    memset = self.cg.module.declare_intrinsic("llvm.memset", [I8P, I64])
+                    b.call(memset, [b.bitcast(arr, I8P), ir.Constant(I8, 0), c64(8 * n),
+                                    ir.Constant(I1, 0)])
+                    tabs.append(b.bitcast(arr, I64P))
+            self.pack_tables = (tabs[0], tabs[1])
+        return self.pack_tables
+
     def free_scratch(self) -> None:
         if self.scratch is not None:
             free = declare_function(self.cg.module, "free",
                                     ir.FunctionType(ir.VoidType(), [I8P]))
             self.b.call(free, [self.b.bitcast(self.b.load(self.scratch[0]), I8P)])
+        if self.pack_tables is not None:
+            for which, tab in zip(("a", "b"), self.pack_tables, strict=True):
+                emit_free_cache(self.b, tab, which)
 
     def mma_buffer(self, o: lp.MmaBuf) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Pointer, row stride and column stride (elements) of a buffer operand."""
@@ -122,13 +166,15 @@ class _Mma(_Nests):
 
     def mma_operand(self, o: lp.MmaBuf | lp.MmaView, rows: ir.Value, cols: ir.Value,
                     copy: lp.Nest | None = None
-                    ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
+                    ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
         """Pointer, row stride and column stride (elements) of an mma operand of
-        ``rows`` × ``cols``, and the rows and columns of it that the product must read
-        (all of them, except for a clamped view window: see :meth:`mma`). ``copy``: the
-        view copy that wrote the operand's Memory, read from its view instead."""
+        ``rows`` × ``cols``, the rows and columns of it that the product must read
+        (all of them, except for a clamped view window: see :meth:`mma`), and an i1:
+        whether the operand is read in place from a read-only view (its packed blocks
+        may be kept across instances: :meth:`pack_caches`). ``copy``: the view copy that
+        wrote the operand's Memory, read from its view instead."""
         if isinstance(o, lp.MmaBuf) and copy is None:
-            return (*self.mma_buffer(o), rows, cols)
+            return (*self.mma_buffer(o), rows, cols, ir.Constant(I1, 0))
         b = self.b
         if copy is not None:
             win, fill = copy.value.window, copy.value.fill  # type: ignore[attr-defined]
@@ -160,7 +206,9 @@ class _Mma(_Nests):
                     p_out, ld_out = self.stage_window(win, fill, o.staging)  # type: ignore[union-attr]
                     cs_out = c64(1)
                 blk_out = b.block
-        pairs = [(F32P, p_in, p_out), (I64, stride0, ld_out)]
+        readonly = int(self.cg.program.param(win.view).readonly)
+        pairs = [(F32P, p_in, p_out), (I64, stride0, ld_out),
+                 (I1, ir.Constant(I1, readonly), ir.Constant(I1, 0))]
         if copy is not None:
             pairs.append((I64, c64(1), cs_out))
         phis = []
@@ -180,7 +228,7 @@ class _Mma(_Nests):
             phi.add_incoming(v, blk_in)
             phi.add_incoming(full, blk_out)
             out.append(phi)
-        return phis[0], phis[1], phis[2], out[0], out[1]
+        return phis[0], phis[1], phis[3], out[0], out[1], phis[2]
 
     def stage_window(self, win: lp.Window, fill: float, staging: str
                      ) -> tuple[ir.Value, ir.Value]:
