@@ -308,10 +308,26 @@ def _htree(combine: Callable[[_Elements, ir.Value, ir.Value], ir.Value]
     return emit
 
 
+def _greater(fn: _Elements, acc: ir.Value, x: ir.Value) -> ir.Value:
+    return fn.b.select(fn.b.fcmp_ordered(">", x, acc), x, acc)
+
+
+def _hmax(fn: _Elements, v: ir.Value, ident: float | int) -> ir.Value:
+    """The lanes' maximum: a tree of plain ``x > acc`` selects, then NaN when any lane is
+    NaN, tested once on the whole vector beside the tree rather than at every step
+    (:func:`_running_max`'s NaN test doubles the tree's latency chain)."""
+    b = fn.b
+    best = _htree(_greater)(fn, v, ident)
+    lanes = v.type.count
+    nan = b.bitcast(b.fcmp_unordered("uno", v, v), ir.IntType(lanes))
+    anynan = b.icmp_unsigned("!=", nan, ir.Constant(ir.IntType(lanes), 0))
+    return b.select(anynan, ir.Constant(best.type, float("nan")), best)
+
+
 _HORIZONTAL: dict[tuple[ReduceFn, DType],
                   Callable[[_Elements, ir.Value, float | int], ir.Value]] = {
     (ReduceFn.SUM, DType.F32): _htree(_f("fadd")),
-    (ReduceFn.MAX, DType.F32): _htree(_running_max),
+    (ReduceFn.MAX, DType.F32): _hmax,
     (ReduceFn.SUM, DType.I32): _hreduce("llvm.vector.reduce.add"),
     (ReduceFn.MAX, DType.I32): _hreduce("llvm.vector.reduce.smax"),
     (ReduceFn.SUM, DType.BOOL): _hreduce("llvm.vector.reduce.or"),
