@@ -105,16 +105,16 @@ def test_worker_pool_survives_and_shuts_down() -> None:
 
 
 @pytest.mark.parametrize(("least", "splits"), [(0.0, True), (float("inf"), False)])
-def test_a_segment_splits_only_after_its_first_runs_prove_it_long(monkeypatch, least: float,
-                                                                    splits: bool) -> None:
-    # The first _SPLIT_SAMPLES runs of a segment are timed on one worker (the first few
-    # are cold); it is split across workers only when the fastest beat _SPLIT_MIN_S.
+def test_a_segment_is_tried_split_only_after_its_first_runs_prove_it_long(
+        monkeypatch, least: float, splits: bool) -> None:
+    # The first two runs of a segment are timed on one worker; under _SPLIT_MIN_S it is
+    # never split (no worker thread starts), else the runs alternate with split ones.
     monkeypatch.setattr(runtime, "_SPLIT_MIN_S", least)
     runtime.shutdown_workers()
     k, ck = _softmax(threads=2)
     x = _x(64, 300, 5)
     want = _want(k, x)
-    for _ in range(runtime._SPLIT_SAMPLES):
+    for _ in range(2):
         np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
                                    atol=1e-6)
     assert runtime.worker_threads() == 0  # still deciding: one worker only
@@ -122,6 +122,61 @@ def test_a_segment_splits_only_after_its_first_runs_prove_it_long(monkeypatch, l
         np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
                                    atol=1e-6)
     assert (runtime.worker_threads() > 0) is splits
+    runtime.shutdown_workers()
+
+
+def _trial(single: list[float], split: list[float]) -> bool | runtime._SplitTrial:
+    """Feed a trial its runs in the order it asks for them."""
+    t = runtime._SplitTrial()
+    single, split = list(single), list(split)
+    state: bool | runtime._SplitTrial = t
+    while isinstance(state, runtime._SplitTrial) and (single or split):
+        apart = t.split_next()
+        state = t.record(apart, (split if apart else single).pop(0))
+    return state
+
+
+def test_the_split_decision_compares_the_fastest_runs_of_each_way() -> None:
+    n = runtime._SPLIT_SAMPLES
+    ms = 1e-3
+    # alternating after two 1-worker runs: n split runs and n + 1 one-worker runs decide
+    assert _trial([9 * ms, 4 * ms] + [4 * ms] * (n - 1), [2 * ms] * n) is True
+    assert _trial([9 * ms, 4 * ms] + [4 * ms] * (n - 1), [3.7 * ms] * n) is False  # > 0.9x
+    # one fast split run among slow ones is what counts (minima, not means)
+    assert _trial([4 * ms] * (n + 1), [8 * ms] * (n - 1) + [1 * ms]) is True
+    assert isinstance(_trial([4 * ms] * n, [2 * ms] * (n - 1)), runtime._SplitTrial)
+    # short: decided after the first two 1-worker runs, no split run at all
+    t = runtime._SplitTrial()
+    assert t.record(False, 5e-6) is t and t.record(False, 50e-6) is False and not t.split
+
+
+def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
+    monkeypatch.setattr(runtime, "_REDECIDE_CALLS", 7)
+    k, ck = _softmax(threads=2)
+    x = _x(64, 300, 5)
+    want = _want(k, x)
+    checked = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+
+    def settled() -> bool:
+        (prep,) = [c[4] for c in ck._calls.values()]
+        return all(isinstance(st, bool) for n, st in zip(prep[3], prep[6], strict=True)
+                   if n > 1)
+
+    for _ in range(2 * runtime._SPLIT_SAMPLES + 1):  # two 1-worker runs, then alternating
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    assert settled() and len(checked) == 2 * runtime._SPLIT_SAMPLES + 1
+    before = len(checked)
+    for _ in range(7):  # steady: the fast path, until the 7th call forgets the decision
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    assert len(checked) == before and not settled()
+    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+    assert len(checked) == before + 1  # measuring again, on the checked path
     runtime.shutdown_workers()
 
 
@@ -164,7 +219,7 @@ def test_a_split_segment_runs_through_the_native_gate_and_the_work_pool(monkeypa
     k, ck = _softmax(threads=2)
     x = _x(203, 300, 11)  # 51 row blocks, the last one partial
     want = _want(k, x)
-    for _ in range(2 * runtime._SPLIT_SAMPLES + 1):  # decide: 1-worker runs, split runs
+    for _ in range(2 * runtime._SPLIT_SAMPLES + 2):  # decide: alternating runs
         np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
                                    atol=1e-6)
     checked = []

@@ -49,7 +49,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -394,7 +394,22 @@ class CompiledKernel:
                     pool.leave()
         finally:
             self._arena_lock.release()
+        if fast.retime:
+            fast.calls += 1
+            if fast.calls >= _REDECIDE_CALLS:
+                self._retime(fast)
         return {name: objs[i] for name, i in fast.outputs}
+
+    def _retime(self, fast: _FastCall) -> None:
+        """Forget the split decisions of ``fast``'s signature (and its fast plan): its
+        next calls take the checked path and measure them again."""
+        split = fast.prep[6]
+        for i, state in enumerate(split):
+            if isinstance(state, bool):
+                split[i] = None
+        self._fasts.pop(fast.key, None)
+        if self._last is fast:
+            self._last = None
 
     def _run_checked(self, arrays: Mapping[str, np.ndarray],
                      bindings: Mapping[str, int] | None = None, threads: int | None = None
@@ -468,6 +483,7 @@ class CompiledKernel:
             params=tuple((p.name, None if p.name in given else (a.shape, a.dtype))
                          for p, a in zip(prog.params, objs, strict=True)),
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
+            key=key, prep=prep, retime=threads > 1 and any(n > 1 for n in prep[3]),
             worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
             threads=threads, helpers=max((h for _, _, h in segs), default=0),
             keep=(syms, strides, table, tuple(a.dtype for a in objs)))
@@ -620,11 +636,13 @@ class CompiledKernel:
                     if s is False:
                         chunks = 1
                     else:  # still deciding: time this run, one worker or split
-                        trial = isinstance(s, tuple)
+                        trial = s if s is not None else _SplitTrial()
+                        split[i] = trial  # concurrent calls add their runs to it
+                        apart = trial.split_next()
                         t0 = time.perf_counter()
-                        _run_segment(fn, addr, n, chunks if trial else 1, base, arenas,
+                        _run_segment(fn, addr, n, chunks if apart else 1, base, arenas,
                                      table_of, tail)
-                        split[i] = _decide(s, time.perf_counter() - t0)
+                        split[i] = trial.record(apart, time.perf_counter() - t0)
                         continue
                 _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail)
         finally:
@@ -667,6 +685,10 @@ class _FastCall:
     threads: int  # the thread count ctx was built for
     helpers: int  # the most pool workers one of its segments uses (0: all inline)
     keep: tuple[Any, ...]  # the tables (and dtypes) whose addresses ctx holds
+    key: tuple[object, ...] = ()  # the call signature
+    prep: tuple[Any, ...] = ()  # the signature's prepared call (its split states)
+    retime: bool = False  # its split decisions are measured again now and then
+    calls: int = 0  # steady calls since they were made
 
 
     def stale(self, prep: tuple[Any, ...], threads: int) -> bool:
@@ -707,33 +729,40 @@ def _addr(a: np.ndarray) -> int:
 
 _ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no more)
 #: Whether a parallel segment is split across workers is measured, per call signature:
-#: its first :data:`_SPLIT_SAMPLES` runs use one worker, the next as many split; it is
-#: split from then on when the fastest split run beat the fastest 1-worker run by
-#: :data:`_SPLIT_GAIN` (the first runs are cold, so minima, not means).  A segment whose
-#: 1-worker runs stay under :data:`_SPLIT_MIN_S` is not tried split at all: handing out
-#: pieces costs a few µs even with the workers spinning (:mod:`workpool`), and a worker
-#: that went to sleep takes ~100-200 µs to wake.  On a machine whose other cores are
-#: busy, splitting loses and the measurement says so.  Instances are independent, so the
-#: split never changes a result.
+#: its runs alternate between one worker and split until each way has
+#: :data:`_SPLIT_SAMPLES` runs, then it is split when the fastest split run beat the
+#: fastest 1-worker run by :data:`_SPLIT_GAIN` (the first runs are cold, so minima, not
+#: means; alternating shares a passing disturbance, such as another library's threads
+#: still spinning on the other core, between both ways).  A segment whose first two
+#: 1-worker runs stay under :data:`_SPLIT_MIN_S` is not split at all: handing out pieces
+#: costs a few µs even with the workers spinning (:mod:`workpool`), and a worker that went
+#: to sleep takes ~100-200 µs to wake.  The decision is measured again every
+#: :data:`_REDECIDE_CALLS` steady calls, so one taken while the machine was busy does not
+#: stick.  Instances are independent, so the split never changes a result.
 _SPLIT_MIN_S = 20e-6
 _SPLIT_SAMPLES = 5
 _SPLIT_GAIN = 0.9
+_REDECIDE_CALLS = 512
 
 
-def _decide(state: list[float] | tuple[float, list[float]] | None, seconds: float
-            ) -> bool | list[float] | tuple[float, list[float]]:
-    """The next split state of a segment after a timed run (see ``_SPLIT_SAMPLES``):
-    a list of 1-worker times, then (their minimum, split times), then the decision."""
-    if not isinstance(state, tuple):
-        runs = (state or []) + [seconds]
-        if len(runs) < _SPLIT_SAMPLES:
-            return runs
-        best = min(runs)
-        return (best, []) if best > _SPLIT_MIN_S else False
-    single, tried = state[0], [*state[1], seconds]
-    if len(tried) < _SPLIT_SAMPLES:
-        return (single, tried)
-    return min(tried) < single * _SPLIT_GAIN
+@dataclass(slots=True)
+class _SplitTrial:
+    """The timed runs of a segment whose split is being decided (see ``_SPLIT_SAMPLES``)."""
+
+    single: list[float] = field(default_factory=list)
+    split: list[float] = field(default_factory=list)
+
+    def split_next(self) -> bool:
+        return len(self.single) >= 2 and len(self.split) < len(self.single) - 1
+
+    def record(self, split: bool, seconds: float) -> _SplitTrial | bool:
+        """The segment's next state: still this trial, or the decision."""
+        (self.split if split else self.single).append(seconds)
+        if len(self.single) >= 2 and not self.split and min(self.single) <= _SPLIT_MIN_S:
+            return False
+        if len(self.split) < _SPLIT_SAMPLES or len(self.single) < _SPLIT_SAMPLES + 1:
+            return self
+        return min(self.split) < min(self.single) * _SPLIT_GAIN
 
 
 def _aligned(nbytes: int) -> np.ndarray:
