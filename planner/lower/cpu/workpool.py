@@ -183,26 +183,7 @@ drainwait:
   call void @relax()
   br label %drain
 publish:
-  %f40 = call i64* @word(i64* %pool, i64 40)
-  store i64 %fn, i64* %f40
-  %f41 = call i64* @word(i64* %pool, i64 41)
-  store i64 %n, i64* %f41
-  %f42 = call i64* @word(i64* %pool, i64 42)
-  store i64 %pieces, i64* %f42
-  %f43 = call i64* @word(i64* %pool, i64 43)
-  store i64 %helpers, i64* %f43
-  %f44 = call i64* @word(i64* %pool, i64 44)
-  store i64 %syms, i64* %f44
-  %f45 = call i64* @word(i64* %pool, i64 45)
-  store i64 %views, i64* %f45
-  %f46 = call i64* @word(i64* %pool, i64 46)
-  store i64 %str, i64* %f46
-  %f47 = call i64* @word(i64* %pool, i64 47)
-  store i64 %arenas, i64* %f47
-  %f48 = call i64* @word(i64* %pool, i64 48)
-  store i64 %garena, i64* %f48
-  %f49 = call i64* @word(i64* %pool, i64 49)
-  store i64 %table, i64* %f49
+PUBLISH
   store atomic i64 0, i64* %nextp seq_cst, align 8
   store atomic i64 0, i64* %donep seq_cst, align 8
   %geven = add i64 %g, 2
@@ -234,9 +215,17 @@ def _relax() -> tuple[str, str]:
     return "", ""
 
 
+#: the job's fields, in the pool block from word 40 (the caller's arguments of that name)
+_JOB = ("fn", "n", "pieces", "helpers", "syms", "views", "str", "arenas", "garena", "table")
+
+
 def _module_text() -> str:
     decl, call = _relax()
-    return _IR.replace("RELAX_DECL", decl).replace("RELAX_CALL", call)
+    publish = "\n".join(f"  %f.{name} = call i64* @word(i64* %pool, i64 {40 + k})\n"
+                         f"  store i64 %{name}, i64* %f.{name}"
+                         for k, name in enumerate(_JOB))
+    return (_IR.replace("RELAX_DECL", decl).replace("RELAX_CALL", call)
+            .replace("PUBLISH", publish))
 
 
 def _spin_us() -> float:
