@@ -145,6 +145,14 @@ def test_the_split_decision_compares_the_fastest_runs_of_each_way() -> None:
     # one fast split run among slow ones is what counts (minima, not means)
     assert _trial([4 * ms] * (n + 1), [8 * ms] * (n - 1) + [1 * ms]) is True
     assert isinstance(_trial([4 * ms] * n, [2 * ms] * (n - 1)), runtime._SplitTrial)
+    # split runs no worker joined are not counted, and too many of them keep one worker
+    t = runtime._SplitTrial()
+    t.record(False, 4 * ms)
+    t.record(False, 4 * ms)
+    assert t.split_next() and t.record(True, 9 * ms, joined=False) is t and not t.split
+    for _ in range(3 * n - 2):
+        assert t.record(True, 9 * ms, joined=False) is t
+    assert t.record(True, 9 * ms, joined=False) is False
     # short: decided after the first two 1-worker runs, no split run at all
     t = runtime._SplitTrial()
     assert t.record(False, 5e-6) is t and t.record(False, 50e-6) is False and not t.split

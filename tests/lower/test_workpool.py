@@ -59,7 +59,8 @@ def recorder():
 
 
 def _job(pool: workpool.WorkPool, recorder, n: int, chunks: int, spin: int = 0,
-         arenas: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         arenas: int = 8, joined: list[bool] | None = None
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     _, fn, addr = recorder
     count = np.zeros(max(n, 1), np.int64)
     who = np.zeros(max(n, 1), np.int64)
@@ -69,8 +70,10 @@ def _job(pool: workpool.WorkPool, recorder, n: int, chunks: int, spin: int = 0,
     def alone() -> None:
         fn(0, n, count.ctypes.data, who.ctypes.data, work.ctypes.data, int(table[0]), 0, 0)
 
-    pool.run(addr, n, chunks, (count.ctypes.data, who.ctypes.data, work.ctypes.data),
-             table.ctypes.data, (0, 0), alone)
+    got = pool.run(addr, n, chunks, (count.ctypes.data, who.ctypes.data, work.ctypes.data),
+                   table.ctypes.data, (0, 0), alone)
+    if joined is not None:
+        joined.append(got)
     return count[:n], who[:n], table
 
 
@@ -151,3 +154,27 @@ def test_the_shared_pool_stops_and_starts_again(recorder):
     workpool.shutdown()
     assert workpool.started_threads() == 0
     assert not [t for t in threading.enumerate() if t.name.startswith("planner-cpu")]
+
+
+def test_a_job_says_whether_a_worker_took_part(pool, recorder):
+    joined: list[bool] = []
+    _job(pool, recorder, 1, 1, joined=joined)  # one thread asked for: the caller alone
+    assert joined == [False]
+    for _ in range(20):  # long pieces: the spinning worker takes some
+        _, who, table = _job(pool, recorder, 64, 2, spin=20_000, joined=joined)
+        # checked against what the recorder saw: a piece ran with worker 1's arena
+        assert joined[-1] == (int(table[1]) in set(who.tolist()))
+    assert any(joined[1:])
+
+
+def test_a_job_no_worker_joined_says_so(monkeypatch, recorder):
+    monkeypatch.setenv("PLANNER_SPIN_US", "0")  # the worker parks at once, wakes late
+    p = workpool.WorkPool()
+    try:
+        joined: list[bool] = []
+        for _ in range(30):
+            _, who, table = _job(p, recorder, 1, 2, joined=joined)
+            assert joined[-1] == (int(table[1]) in set(who.tolist()))
+        assert not all(joined)  # the caller ran the one piece before the worker woke
+    finally:
+        p.stop()

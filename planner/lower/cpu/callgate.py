@@ -170,8 +170,8 @@ sinline:
 spool:
   %run.p = getelementptr i64, i64* %pool, i64 POOL_RUN
   %run.i = load i64, i64* %run.p
-  %run = inttoptr i64 %run.i to void (i64*, i64, i64, i64, i64, i64, i64, i64, i64, i64,
-                                      i64)*
+  %run = inttoptr i64 %run.i to i64 (i64*, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                     i64)*
   %chunks = add i64 %helpers, 1
   %most = mul i64 %chunks, PIECES
   %fewer = icmp slt i64 %n, %most
@@ -182,8 +182,9 @@ spool:
   %ar.w = ptrtoint i64* %arenas to i64
   %ga.w = ptrtoint i8* %garena to i64
   %tab.w = ptrtoint i64* %tab to i64
-  call void %run(i64* %pool, i64 %fn.i, i64 %n, i64 %pieces, i64 %helpers, i64 %syms.w,
-                 i64 %views.w, i64 %str.w, i64 %ar.w, i64 %ga.w, i64 %tab.w)
+  %taken = call i64 %run(i64* %pool, i64 %fn.i, i64 %n, i64 %pieces, i64 %helpers,
+                         i64 %syms.w, i64 %views.w, i64 %str.w, i64 %ar.w, i64 %ga.w,
+                         i64 %tab.w)
   br label %snext
 snext:
   %cs3 = add i64 %cs, 3

@@ -640,9 +640,9 @@ class CompiledKernel:
                         split[i] = trial  # concurrent calls add their runs to it
                         apart = trial.split_next()
                         t0 = time.perf_counter()
-                        _run_segment(fn, addr, n, chunks if apart else 1, base, arenas,
-                                     table_of, tail)
-                        split[i] = trial.record(apart, time.perf_counter() - t0)
+                        helped = _run_segment(fn, addr, n, chunks if apart else 1, base,
+                                              arenas, table_of, tail)
+                        split[i] = trial.record(apart, time.perf_counter() - t0, helped)
                         continue
                 _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail)
         finally:
@@ -652,20 +652,21 @@ class CompiledKernel:
 
 def _run_segment(fn: Any, addr: int, n: int, chunks: int, base: tuple[int, ...],
                  arenas: list[np.ndarray], arena_table: np.ndarray, tail: tuple[int, ...]
-                 ) -> None:
+                 ) -> bool:
     """Instances ``[0, n)`` of the segment (ctypes function ``fn`` at ``addr``) run by
     ``chunks`` threads, the calling one included: up to
     :data:`~planner.lower.cpu.workpool.PIECES_PER_WORKER` contiguous pieces per thread,
     taken in order as they finish (edge instances cost what they compute, so equal
     counts are not equal work), by the native pool (:mod:`planner.lower.cpu.workpool`).
-    ``arena_table`` holds the addresses of ``arenas``."""
+    ``arena_table`` holds the addresses of ``arenas``.  Whether another thread took a
+    piece."""
     def alone() -> None:
         fn(0, n, *base, _addr(arenas[0]), *tail)
 
     if chunks == 1:
         alone()
-        return
-    workpool.shared_pool().run(addr, n, chunks, base, _addr(arena_table), tail, alone)
+        return False
+    return workpool.shared_pool().run(addr, n, chunks, base, _addr(arena_table), tail, alone)
 
 
 @dataclass(slots=True)
@@ -738,7 +739,10 @@ _ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no m
 #: costs a few µs even with the workers spinning (:mod:`workpool`), and a worker that went
 #: to sleep takes ~100-200 µs to wake.  The decision is measured again every
 #: :data:`_REDECIDE_CALLS` steady calls, so one taken while the machine was busy does not
-#: stick.  Instances are independent, so the split never changes a result.
+#: stick.  A split run that no worker joined (the other cores busy, another library's
+#: threads still spinning there) measures nothing about splitting and is not counted;
+#: after :data:`_SPLIT_SAMPLES` * 3 of them the segment stays on one worker.  Instances
+#: are independent, so the split never changes a result.
 _SPLIT_MIN_S = 20e-6
 _SPLIT_SAMPLES = 5
 _SPLIT_GAIN = 0.9
@@ -751,12 +755,18 @@ class _SplitTrial:
 
     single: list[float] = field(default_factory=list)
     split: list[float] = field(default_factory=list)
+    unjoined: int = 0  # split runs no worker took part in (not timed)
 
     def split_next(self) -> bool:
         return len(self.single) >= 2 and len(self.split) < len(self.single) - 1
 
-    def record(self, split: bool, seconds: float) -> _SplitTrial | bool:
-        """The segment's next state: still this trial, or the decision."""
+    def record(self, split: bool, seconds: float, joined: bool = True
+               ) -> _SplitTrial | bool:
+        """The segment's next state after a run (``joined``: a worker took part in a
+        split run): still this trial, or the decision."""
+        if split and not joined:
+            self.unjoined += 1
+            return self if self.unjoined < 3 * _SPLIT_SAMPLES else False
         (self.split if split else self.single).append(seconds)
         if len(self.single) >= 2 and not self.split and min(self.single) <= _SPLIT_MIN_S:
             return False

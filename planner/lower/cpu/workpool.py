@@ -71,8 +71,9 @@ define internal i64 @field(i64* %pool, i64 %i) alwaysinline {
   ret i64 %v
 }
 
-; take pieces of the published job until none is left, with worker %idx's arena
-define internal void @take(i64* %pool, i64 %idx) {
+; take pieces of the published job until none is left, with worker %idx's arena;
+; returns how many it took
+define internal i64 @take(i64* %pool, i64 %idx) {
 entry:
   %fn.i = call i64 @field(i64* %pool, i64 40)
   %fn = inttoptr i64 %fn.i to void (i64, i64, i8*, i8*, i8*, i8*, i8*, i8*)*
@@ -97,6 +98,7 @@ entry:
   %done = call i64* @word(i64* %pool, i64 24)
   br label %loop
 loop:
+  %taken = phi i64 [0, %entry], [%taken1, %run]
   %j = atomicrmw add i64* %next, i64 1 seq_cst
   %more = icmp slt i64 %j, %pieces
   br i1 %more, label %run, label %out
@@ -108,9 +110,10 @@ run:
   call void %fn(i64 %lo, i64 %hi, i8* %syms, i8* %views, i8* %str, i8* %myar, i8* %ga,
                 i8* %tab)
   %d = atomicrmw add i64* %done, i64 1 seq_cst
+  %taken1 = add i64 %taken, 1
   br label %loop
 out:
-  ret void
+  ret i64 %taken
 }
 
 ; a worker's loop: returns the last generation it saw after %spins idle checks, -1 on stop
@@ -153,7 +156,7 @@ inside:
   %wanted = icmp sle i64 %idx, %helpers
   br i1 %wanted, label %work, label %left
 work:
-  call void @take(i64* %pool, i64 %idx)
+  %mine = call i64 @take(i64* %pool, i64 %idx)
   br label %left
 left:
   %a2 = atomicrmw sub i64* %actp, i64 1 seq_cst
@@ -162,8 +165,9 @@ quit:
   ret i64 -1
 }
 
-; the caller: publish a job, take pieces as worker 0, wait until every piece is done
-define void @planner_pool_run(i64* %pool, i64 %fn, i64 %n, i64 %pieces, i64 %helpers,
+; the caller: publish a job, take pieces as worker 0, wait until every piece is done;
+; returns how many pieces the caller took itself
+define i64 @planner_pool_run(i64* %pool, i64 %fn, i64 %n, i64 %pieces, i64 %helpers,
                               i64 %syms, i64 %views, i64 %str, i64 %arenas, i64 %garena,
                               i64 %table) {
 entry:
@@ -188,7 +192,7 @@ PUBLISH
   store atomic i64 0, i64* %donep seq_cst, align 8
   %geven = add i64 %g, 2
   store atomic i64 %geven, i64* %genp seq_cst, align 8
-  call void @take(i64* %pool, i64 0)
+  %taken = call i64 @take(i64* %pool, i64 0)
   br label %finish
 finish:
   %d = load atomic i64, i64* %donep seq_cst, align 8
@@ -198,7 +202,7 @@ finishwait:
   call void @relax()
   br label %finish
 out:
-  ret void
+  ret i64 %taken
 }
 """
 
@@ -243,7 +247,7 @@ class WorkPool:
 
         self._module = compile_module(_module_text(), disk=False)
         p, i64 = ctypes.c_void_p, ctypes.c_int64
-        self._run = self._module.ctypes_function("planner_pool_run", None,
+        self._run = self._module.ctypes_function("planner_pool_run", i64,
                                                  [p, p, i64, i64, i64, p, p, p, p, p, p])
         self._work = self._module.ctypes_function("planner_pool_work", i64, [p, i64, i64, i64])
         raw = np.zeros(_WORDS + 8, dtype=np.int64)
@@ -329,19 +333,21 @@ class WorkPool:
         self._busy.release()
 
     def run(self, fn: int, n: int, chunks: int, base: tuple[int, int, int],
-            arenas: int, tail: tuple[int, int], alone: Any) -> None:
+            arenas: int, tail: tuple[int, int], alone: Any) -> bool:
         """Run instances ``[0, n)`` of the segment function at address ``fn`` on up to
         ``chunks`` threads (the caller is one); ``arenas`` is the address of an
         ``int64`` array of at least ``chunks`` worker arenas.  When the pool is busy,
-        ``alone()`` runs the whole segment on the calling thread instead."""
+        ``alone()`` runs the whole segment on the calling thread instead.  Whether a
+        worker took a piece (False: the caller ran everything itself)."""
         if chunks <= 1 or not self.enter(chunks - 1):
             alone()
-            return
+            return False
         try:
             pieces = min(n, chunks * PIECES_PER_WORKER)
-            self._run(self._addr, fn, n, pieces, chunks - 1, *base, arenas, *tail)
+            mine = self._run(self._addr, fn, n, pieces, chunks - 1, *base, arenas, *tail)
         finally:
             self.leave()
+        return mine < pieces
 
     def stop(self) -> None:
         """Stop and join every worker thread (the pool cannot run jobs afterwards)."""
