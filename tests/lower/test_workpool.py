@@ -118,7 +118,7 @@ def test_sleeping_workers_are_woken_and_late_ones_do_no_harm(monkeypatch, record
     try:
         seen: set[int] = set()
         for _ in range(200):
-            count, who, _ = _job(p, recorder, 50, 3, spin=3000)
+            count, who, _ = _job(p, recorder, 50, 3, spin=30_000)  # ~0.5 ms: time to wake
             assert count.tolist() == [1] * 50
             seen |= set(who.tolist())
         assert p.threads == 2

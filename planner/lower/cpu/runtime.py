@@ -606,16 +606,14 @@ class CompiledKernel:
         reuse = self._arena_lock.acquire(blocking=False)
         try:
             if reuse:
-                self._arenas = [a if a.nbytes >= worker_size else _aligned(worker_size)
-                                for a in self._arenas]
-                self._arenas += [_aligned(worker_size)
-                                 for _ in range(chunks_max - len(self._arenas))]
+                grown = [a if a.nbytes >= worker_size else _aligned(worker_size)
+                         for a in self._arenas]
+                grown += [_aligned(worker_size) for _ in range(chunks_max - len(grown))]
+                if len(grown) != len(self._arenas) or any(
+                        a is not b for a, b in zip(grown, self._arenas, strict=True)):
+                    self._arenas, self._arena_table = grown, _address_table(grown)
                 if self._global.nbytes < global_size:
                     self._global = _aligned(global_size)
-                if len(self._arena_table) != len(self._arenas) or any(
-                        int(t) != _addr(a) for t, a in zip(self._arena_table, self._arenas,
-                                                            strict=True)):
-                    self._arena_table = np.array([_addr(a) for a in self._arenas], np.int64)
                 arenas, garena, table_of = self._arenas, self._global, self._arena_table
                 self._arena_cap = (_addr(table_of), len(arenas),
                                    min(a.nbytes for a in arenas), _addr(garena),
@@ -623,7 +621,7 @@ class CompiledKernel:
             else:
                 arenas = [_aligned(worker_size) for _ in range(chunks_max)]
                 garena = _aligned(global_size)
-                table_of = np.array([_addr(a) for a in arenas], np.int64)
+                table_of = _address_table(arenas)
             base = (syms_at, ctypes.addressof(views), strides_at)
             tail = (_addr(garena), table)
             for i, (fn, addr, n) in enumerate(zip(self._code.functions, self._fn_addrs,
@@ -726,6 +724,11 @@ def _call_key(arrays: Mapping[str, Any], bindings: Mapping[str, int] | None
 
 def _addr(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
+
+
+def _address_table(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays' data addresses as an ``int64`` table (what native code indexes)."""
+    return np.array([_addr(a) for a in arrays], np.int64)
 
 
 _ARENA_ALIGN = 64  # every buffer starts on a cache line (vector loads need no more)
