@@ -136,13 +136,29 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
     g = nx.MultiDiGraph(kernel=kernel.name, allocs=[])
     node_of: dict[int, str] = {}
     counter = [0]
+    # a kernel has few distinct tile types and regions: their sizes are computed once
+    sizes: dict[TileType, tuple[Expr, int | None, Expr]] = {}
+    instances: dict[tuple[Expr, ...], Expr] = {}
+
+    def size_of(t: TileType) -> tuple[Expr, int | None, Expr]:
+        """(elements, their count under ``bindings`` or None, bytes) of a tile type."""
+        found = sizes.get(t)
+        if found is None:
+            elems = _elements(t)
+            found = sizes[t] = (elems, _eval(elems, bindings), elems * t.dtype.itemsize)
+        return found
+
+    def instances_of(region: RegionInfo) -> Expr:
+        found = instances.get(region.parallel_extents)
+        if found is None:
+            found = instances[region.parallel_extents] = product(region.parallel_extents)
+        return found
 
     def add_node(key: str, op: Op | None, value: Value, region: RegionInfo, kind: str,
                  cls: str) -> str:
         t = value.type
         assert isinstance(t, TileType)
-        elems = _elements(t)
-        count = _eval(elems, bindings)
+        elems, count, _ = size_of(t)
         stage = op.stage if op is not None else None
         pipe = region.pipeline
         g.add_node(
@@ -150,7 +166,7 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
             shape=t.shape, elements=elems, elements_value=count,
             bytes_value=None if count is None else count * t.dtype.itemsize,
             region=region.path, loops=tuple(lp.label for lp in region.loops),
-            instances=product(region.parallel_extents),
+            instances=instances_of(region),
             pipeline=pipe.label if pipe is not None else None,
             window=pipe.window if pipe is not None else 1,
             stage=stage,
@@ -173,7 +189,7 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
                        stage_index=(region.pipeline.stages.index(op.stage)
                                     if region.pipeline is not None
                                     and op.stage in region.pipeline.stages else None),
-                       sink=True, instances=product(region.parallel_extents))
+                       sink=True, instances=instances_of(region))
             counter[0] += 1
         return key
 
@@ -190,10 +206,9 @@ def dataflow_graph(kernel: Kernel, bindings: Mapping[str, int] | None = None
         if (src_attrs.get("pipeline") is not None and s_idx is not None and d_idx is not None
                 and src_attrs.get("pipeline") == dst_attrs.get("pipeline")):
             distance = max(0, d_idx - s_idx)
-        elems = _elements(t)
-        ev = _eval(elems, bindings)
+        _, ev, nbytes = size_of(t)
         g.add_edge(src, consumer_key, value=value, consumer=op, operand=index,
-                   bytes=elems * t.dtype.itemsize, bytes_value=None if ev is None
+                   bytes=nbytes, bytes_value=None if ev is None
                    else ev * t.dtype.itemsize, stage_distance=distance,
                    consumer_kind=dst_attrs["kind"], loop_carried=carried)
 

@@ -313,6 +313,7 @@ class Printer:
         self.namer = namer or ValueNamer()
         self.lines: list[str] = []
         self.op_lines: dict[Op, int] = {}
+        self._types: dict[int, tuple[IRType, str]] = {}  # id(type) -> (type, text)
 
     def print_kernel(self, kernel: Kernel) -> str:
         config = "".join(f", {k} = {v}" if isinstance(v, int) else f", {k} = {quote(v)}"
@@ -335,6 +336,14 @@ class Printer:
 
     def _emit(self, line: str) -> None:
         self.lines.append(line)
+
+    def _type(self, t: IRType) -> str:
+        """:func:`format_type`, cached: values share their types (kept here, so their
+        ids stay theirs)."""
+        found = self._types.get(id(t))
+        if found is None:
+            found = self._types[id(t)] = (t, format_type(t))
+        return found[1]
 
     def _ref(self, v: Value) -> str:
         return "%" + self.namer[v]
@@ -367,8 +376,8 @@ class Printer:
             tail = head
         if op.stage is not None:
             tail += f" {{stage = {quote(op.stage)}}}"
-        operand_types = ", ".join(format_type(v.type) for v in op.operands())
-        result_types = ", ".join(format_type(r.type) for r in op.results)
+        operand_types = ", ".join([self._type(v.type) for v in op.operands()])
+        result_types = ", ".join([self._type(r.type) for r in op.results])
         tail += f" : ({operand_types}) -> ({result_types})" + self._loc(op.loc)
         self._emit(tail)
 
@@ -393,10 +402,33 @@ def print_kernel(kernel: Kernel, options: PrintOptions | None = None, *,
 
 
 def value_names(kernel: Kernel) -> dict[Value, str]:
-    """The name (without ``%``) the text form gives each value of ``kernel``."""
-    printer = Printer(PrintOptions(locations=False))
-    printer.print_kernel(kernel)
-    return dict(printer.namer.names)
+    """The name (without ``%``) the text form gives each value of ``kernel``: the values
+    met in :class:`Printer`'s order (an op's results, its operands, then its regions'
+    block arguments and ops), without printing."""
+    namer = ValueNamer()
+    for p in kernel.params:
+        namer[p]
+    stack = [iter(kernel.body.ops)]
+    while stack:  # depth first, without recursion
+        op = next(stack[-1], None)
+        if op is None:
+            stack.pop()
+            continue
+        for v in op.results:
+            namer[v]
+        for v in op.operands():
+            namer[v]
+        blocks = op.region_blocks()
+        for block in reversed(blocks):
+            stack.append(_block_ops(block, namer))
+    return dict(namer.names)
+
+
+def _block_ops(block: Block, namer: ValueNamer) -> typing.Iterator[Op]:
+    """``block``'s ops, its arguments named first (when the walk reaches it)."""
+    for a in block.args:
+        namer[a]
+    yield from block.ops
 
 
 def print_op(op: Op, options: PrintOptions | None = None) -> str:

@@ -301,6 +301,8 @@ class _Prover:
         self.ctx = z3.Context()  # one private z3 context per run: proofs run from any thread
         self.allocs: list[_Alloc] = []
         self.results: list[ProofResult] = []
+        #: :meth:`view_addressing`'s answers: a large kernel accesses few distinct windows
+        self.addressing: dict[tuple[object, ...], tuple[str, str, dict[str, int] | None]] = {}
 
     def space(self, ctx: OpContext | None = None) -> SymbolSpace:
         sp = SymbolSpace(self.bindings, self.bounds, ctx=self.ctx)
@@ -574,6 +576,20 @@ class _Prover:
 
     def view_addressing(self, op: core.LoadOp | core.StoreOp
                         ) -> tuple[str, str, dict[str, int] | None]:
+        """Whether every byte offset ``op`` addresses fits int64 (S14), cached per view,
+        window, offsets and region axes (all the answer depends on)."""
+        window = tuple(op.shape) if isinstance(op, core.LoadOp) else op.tile.type
+        ctx = self.binding.context(op)
+        key = (op.view, window, tuple(op.offsets),
+               tuple((ax.index.name, ax.extent) for ax in ctx.axes))
+        found = self.addressing.get(key)
+        if found is None:
+            found = self.addressing[key] = self._view_addressing(op)
+        status, detail, cex = found
+        return status, detail, dict(cex) if cex is not None else None
+
+    def _view_addressing(self, op: core.LoadOp | core.StoreOp
+                         ) -> tuple[str, str, dict[str, int] | None]:
         vt = op.view.type
         assert isinstance(vt, ViewType)
         if isinstance(op, core.LoadOp):

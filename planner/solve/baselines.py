@@ -30,6 +30,7 @@ from planner.solve.costs import (
     Edge,
     Evaluation,
     Problem,
+    Value,
     allowed_choices,
     derived_flags,
     evaluate,
@@ -158,35 +159,58 @@ def _evict_overflows(problem: Problem, ev: Evaluation, choices: list[Decision],
 def _repair_registers(problem: Problem, choices: list[Decision],
                       restrictions: Restrictions | None) -> bool:
     """Sweep the checked points; where registers overflow, move the biggest virtual value
-    out (its virtual edges take their cheapest other allowed choice)."""
+    out (its virtual edges take their cheapest other allowed choice).
+
+    Only an evicted value's choices change: what each value's segments hold in registers,
+    and its bytes there, are cached per value and dropped when it is evicted."""
+    virtual: dict[int, set[int]] = {}  # value -> its segments with a virtual edge
+    used: dict[int, int] = {}  # value -> its register bytes (every version it keeps)
     for lp in problem.live_points:
         while True:
             held: dict[str, list[int]] = {}
             for vi, si in lp.segments:
                 v = problem.values[vi]
-                if v.register and any(choices[i] is VIRTUAL for i in v.segments[si].edges):
+                if not v.register:
+                    continue
+                segs = virtual.get(vi)  # (the cache looked up here: a hot loop)
+                if segs is None:
+                    segs = virtual[vi] = _virtual_segments(v, choices)
+                if si in segs:
                     held.setdefault(v.register, []).append(vi)
             over = [(r, vs) for r, vs in held.items() if _overflows(problem, r, lp.owner, vs,
-                                                                    choices)]
+                                                                    choices, used)]
             if not over:
                 break
             _, vs = over[0]
             worst = max(vs, key=lambda i: (problem.values[i].reg_bytes, i))
+            virtual.pop(worst, None)
+            used.pop(worst, None)
             if not _evict(problem, worst, choices, restrictions):
                 return False
     return True
 
 
+def _virtual_segments(v: Value, choices: list[Decision]) -> set[int]:
+    """The segments of ``v`` that some virtual edge covers."""
+    virtual = {i for i in v.edges if choices[i] is VIRTUAL}
+    if not virtual:
+        return set()
+    return {si for si, s in enumerate(v.segments) if not virtual.isdisjoint(s.edges)}
+
+
 def _overflows(problem: Problem, resource: str, owner: str, values: list[int],
-               choices: list[Decision]) -> bool:
+               choices: list[Decision], cache: dict[int, int]) -> bool:
     cap = problem.capacity(resource, owner)
     if cap is None:
         return False
     used = 0
     for vi in values:
-        v = problem.values[vi]
-        _, _, cross = derived_flags(problem, choices, v)
-        used += v.reg_bytes * (v.max_versions if cross else 1)
+        got = cache.get(vi)
+        if got is None:
+            v = problem.values[vi]
+            _, _, cross = derived_flags(problem, choices, v)
+            got = cache[vi] = v.reg_bytes * (v.max_versions if cross else 1)
+        used += got
     return used > cap
 
 

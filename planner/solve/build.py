@@ -22,7 +22,7 @@ from planner.ir import core
 from planner.ir.core import Kernel, LoopKind, LoopOp, ParallelOp
 from planner.ir.expr import Expr
 from planner.ir.graph import dataflow_graph, live_edges, node_names
-from planner.ir.printer import Printer, PrintOptions
+from planner.ir.printer import value_names
 from planner.ir.types import TileType
 from planner.plan.decisions import Policy
 from planner.realize.binding import ROOT_OWNER, bind_execution
@@ -79,9 +79,7 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     policy = Policy(policy)
     _check_bound(kernel, env)
     g = dataflow_graph(kernel, env)
-    printer = Printer(PrintOptions(locations=False))
-    printer.print_kernel(kernel)
-    ctx = Context(kernel, target, Figures(target), env, g, dict(printer.namer.names),
+    ctx = Context(kernel, target, Figures(target), env, g, value_names(kernel),
                   bind_execution(kernel, target, env))
     _index_regions(ctx)
     ctx.stored_views.update(id(op.view) for op in kernel.walk() if isinstance(op, core.StoreOp))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -24,7 +25,7 @@ from planner.ir.types import TileType
 from planner.realize.binding import ExecutionBinding
 from planner.realize.copies import CopyRealization, StagedTransfer, staged_transfer
 from planner.solve.figures import Figures
-from planner.solve.problem import COMPUTE, TRAFFIC, Terms, terms
+from planner.solve.problem import COMPUTE, TRAFFIC, Placement, Terms, terms
 
 
 @dataclass
@@ -53,6 +54,29 @@ class Context:
     access: dict[tuple[str, str, tuple[Operation, ...]], bool] = field(default_factory=dict)
     copies: dict[int, CopyRealization] = field(default_factory=dict)  # id(copy op)
     transfers: dict[int, StagedTransfer | None] = field(default_factory=dict)  # id(view op)
+    #: ``g.nodes`` as a plain dict (node -> its data dict): read by the hundred thousand
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shapes: dict[core.Value, tuple[int, ...]] = field(default_factory=dict)
+    cycles: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
+    node_terms: dict[tuple[str, int], Terms] = field(default_factory=dict)
+
+    preds: dict[str, list[str]] = field(default_factory=dict)  # node -> in-edge sources
+    placements: dict[tuple[object, ...], tuple[Placement, ...]] = field(default_factory=dict)
+    reads: dict[tuple[object, ...], tuple[tuple[Terms | None, ...], tuple[str, ...]]] = field(
+        default_factory=dict)  # :func:`planner.solve.pricing.price_reads`'s, per kind of read
+    chain_steps: dict[str, tuple[str | None, list[tuple[str, bool, str | None]]]] = field(
+        default_factory=dict)  # :func:`planner.solve.legality.recompute_chain`'s, per node
+
+    def __post_init__(self) -> None:
+        self.nodes.update(self.g.nodes(data=True))
+
+    def producers(self, node: str) -> list[str]:
+        """The source of each in-edge of ``node`` (a list: ``g.in_edges`` is slow), cached."""
+        found = self.preds.get(node)
+        if found is None:
+            found = self.preds[node] = [u for u, keys in self.g.pred[node].items()
+                                        for _ in keys]  # g.in_edges(node)'s order
+        return found
 
     def accessible(self, r: Resource, scope: str, ops: tuple[Operation, ...]) -> bool:
         key = (r.name, scope, ops)
@@ -103,8 +127,11 @@ def _count_executions(ctx: Context, d: Mapping[str, object]) -> int:
 
 
 def tile_shape(ctx: Context, v: core.Value) -> tuple[int, ...]:
-    assert isinstance(v.type, TileType)
-    return tuple(eval_int(e, ctx.env) for e in v.type.shape)
+    found = ctx.shapes.get(v)
+    if found is None:
+        assert isinstance(v.type, TileType)
+        found = ctx.shapes[v] = tuple(eval_int(e, ctx.env) for e in v.type.shape)
+    return found
 
 
 def clamped_shape(ctx: Context, v: core.Value) -> tuple[float, ...]:
@@ -137,7 +164,15 @@ def _memory_resource(ctx: Context, op: core.Op) -> Resource | None:
 
 
 def op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float, float]:
-    """(compute, traffic) cycles of one execution of the node's op."""
+    """(compute, traffic) cycles of one execution of the node's op, cached."""
+    key = (int(d["order"]), scope)  # type: ignore[call-overload]
+    found = ctx.cycles.get(key)
+    if found is None:
+        found = ctx.cycles[key] = _op_cycles(ctx, d, scope)
+    return found
+
+
+def _op_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> tuple[float, float]:
     op = d["op"]
     kind = str(d["kind"])
     fig = ctx.fig
@@ -187,7 +222,16 @@ def latency_cycles(ctx: Context, d: Mapping[str, object], scope: str) -> float:
 
 
 def node_terms(ctx: Context, node: str, executions: int) -> Terms:
-    d = ctx.g.nodes[node]
+    """The terms of ``node``'s op run ``executions`` times, cached."""
+    key = (node, executions)
+    found = ctx.node_terms.get(key)
+    if found is None:
+        found = ctx.node_terms[key] = _node_terms(ctx, node, executions)
+    return found
+
+
+def _node_terms(ctx: Context, node: str, executions: int) -> Terms:
+    d = ctx.nodes[node]
     scope = ctx.owner_scope[owner_of(ctx, d["region"])]
     compute, traffic = op_cycles(ctx, d, scope)
     return terms(**{COMPUTE: ctx.fig.ns(compute, executions),
@@ -210,7 +254,7 @@ def span(ctx: Context, u: str, v: str, carried: bool, inclusive: bool = False,
     the use is computed (its reader and the result it writes coexist), unless the use
     updates a loop carry ``in_place`` (element by element into the carry's own buffer).
     """
-    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    pd, cd = ctx.nodes[u], ctx.nodes[v]
     start, use = pd["order"], cd["order"]
     last = 1 if inclusive else 0
     if carried:  # the yielded value lives to the loop end, then becomes the carry

@@ -162,6 +162,7 @@ class Truth:
         self._sites: dict[int, frozenset[int]] = {}
         self._last: dict[tuple[int, int], int] = {}
         self._spans: dict[int, tuple[list[int], list[int]]] = {}
+        self._recompute: dict[int, frozenset[int]] = {}
 
     def last_held(self, v: Value, ci: int) -> int:
         """The last position of ``v.chains[ci]`` whose guard holds (-1: none); a segment
@@ -253,7 +254,13 @@ class Truth:
                               compute, self._sites)
 
     def recompute_sites(self, vi: int) -> frozenset[int]:
-        """The points where value ``vi``'s chain is re-derived (a recomputed edge)."""
+        """The points where value ``vi``'s chain is re-derived (a recomputed edge), cached."""
+        got = self._recompute.get(vi)
+        if got is None:
+            got = self._recompute[vi] = self._recompute_sites(vi)
+        return got
+
+    def _recompute_sites(self, vi: int) -> frozenset[int]:
         out: set[int] = set()
         for i in self.problem.values[vi].edges:
             e = self.problem.edges[i]

@@ -9,8 +9,9 @@ orders a write before a read, and whether a scope may access a resource.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 from planner.catalog import Operation, Resource, Target
 from planner.realize.temporaries import register_home
@@ -21,6 +22,13 @@ class Figures:
     """Catalog figures the cost model reads, and scope arithmetic."""
 
     target: Target
+    #: answers of the scope arithmetic below, which the builder asks per edge and value
+    memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def _memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     @property
     def clock(self) -> float:
@@ -36,6 +44,9 @@ class Figures:
 
     @property
     def global_resource(self) -> Resource | None:
+        return self._memo("global", self._global_resource)
+
+    def _global_resource(self) -> Resource | None:
         found = self.target.resources_for_class("global")
         if found:
             return found[0]
@@ -97,6 +108,9 @@ class Figures:
 
     def register_home(self, scope: str) -> tuple[Resource, int | None] | None:
         """The private resource virtual values of ``scope`` live in, and its capacity there."""
+        return self._memo(("register", scope), lambda: self._register_home(scope))
+
+    def _register_home(self, scope: str) -> tuple[Resource, int | None] | None:
         r = register_home(self.target, scope)
         if r is None:
             return None
@@ -106,6 +120,9 @@ class Figures:
 
     def capacity_for(self, r: Resource, scope: str) -> tuple[int | None, str]:
         """Per-owner capacity of ``r`` for an owner at ``scope``; reason when unusable."""
+        return self._memo(("capacity", r.name, scope), lambda: self._capacity_for(r, scope))
+
+    def _capacity_for(self, r: Resource, scope: str) -> tuple[int | None, str]:
         t = self.target
         if r.instance_scope == scope:
             return r.capacity, ""
@@ -125,6 +142,9 @@ class Figures:
 
     def sync_rule(self, r: Resource, scope: str) -> tuple[str | None, float]:
         """The sync rule ordering write → read of ``r`` among the members of ``scope``."""
+        return self._memo(("sync", r.name, scope), lambda: self._sync_rule(r, scope))
+
+    def _sync_rule(self, r: Resource, scope: str) -> tuple[str | None, float]:
         if r.coherence.value in ("coherent", "none") or not self.several_members(scope):
             return None, 0.0
         rules = list(r.sync)

@@ -11,7 +11,6 @@ compiler temporaries a statement needs (mma operand staging and register exchang
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from planner.solve.problem import (
     Temp,
     Value,
     check_deadline,
+    replaced,
 )
 
 
@@ -79,21 +79,24 @@ class Holding:
         g = ctx.g
         self.point_node = {int(d["order"]): n for n, d in g.nodes(data=True)}
         cnode = [ctx.node_by_name[e.consumer] for e in edges]
-        self.edges = [dataclasses.replace(
-            e, consumer_value=value_of.get(cn), consumer_point=int(g.nodes[cn]["order"]),
+        self.edges = [replaced(
+            e, consumer_value=value_of.get(cn), consumer_point=int(ctx.nodes[cn]["order"]),
             aligned=self._aligned_hop(e, cn, values)) for e, cn in zip(edges, cnode,
                                                                          strict=True)]
-        self.values = [dataclasses.replace(v, inlinable=is_inlinable_kind(v.kind))
-                       for v in values]
+        self.values = values
+        self._inlinable = [is_inlinable_kind(v.kind) for v in values]
         self._inline: dict[int, list[Edge]] = {}  # value -> its edges that may inline
         self._reach: dict[int, frozenset[int]] = {}
         self._misaligned_at: dict[int, frozenset[int]] = {}
         self._sites: dict[int, list[tuple[int, int | None, bool]]] = {}  # edge -> _sites_of
         self._site_guards: dict[int, list[tuple[int, int]]] = {}  # value -> (site, guard)
-        self.values = [dataclasses.replace(v, sites=tuple(sorted(self.reach(v.index))))
-                       for v in self.values]
+        self._later: dict[tuple[int, bool], list[tuple[int, int, bool]]] = {}
+        self._recompute_at: dict[tuple[int, bool], list[tuple[int, int, bool]]] = {}
+        self.values = [replaced(v, inlinable=self._inlinable[v.index],
+                                sites=tuple(sorted(self.reach(v.index)))) for v in values]
         self.guards: list[Guard] = []
         self._guard_index: dict[Guard, int] = {}
+        self._value_at = {v.node: v.index for v in self.values}  # graph node -> value
         self._chain_roots = self._stop_readers()
         self._chain_aligned: dict[tuple[int, str], bool] = {}
         self.carries = {c.value: c for c in self._carries()}
@@ -114,14 +117,15 @@ class Holding:
         if kind == "tile.mma":
             return e.operand == 2
         if is_elementwise_kind(kind):
-            result = self.ctx.g.nodes[cn].get("value")
+            result = self.ctx.nodes[cn].get("value")
             return result is not None and tile_shape(self.ctx, result) == values[e.value].shape
         return False
 
     def can_home(self, vi: int) -> bool:
         v = self.values[vi]
-        return not v.inlinable or any(self.edges[i].legal(VIRTUAL)
-                                      or self.edges[i].legal(MATERIALIZED) for i in v.edges)
+        return not self._inlinable[vi] or any(self.edges[i].legal(VIRTUAL)
+                                              or self.edges[i].legal(MATERIALIZED)
+                                              for i in v.edges)
 
     def _inline_edges(self, vi: int) -> list[Edge]:
         out = self._inline.get(vi)
@@ -211,21 +215,46 @@ class Holding:
             return out
         c = self.values[e.consumer_value]
         ci = c.index
-        sites = self._site_guards.get(ci)
-        if sites is None:
-            sites = self._site_guards[ci] = [(n, self.guard("site", ci, n)) for n in c.sites]
-        out = [(c.def_point, self.guard("site", ci, c.def_point), e.aligned)]
-        if e.aligned:
-            bad = self._misaligned(ci)
-            out += [(n, gd, n not in bad) for n, gd in sites]
-        else:
-            out += [(n, gd, False) for n, gd in sites]
+        later = self._later_sites(c, e.aligned)  # its guards first: they number guards
+        out = [(c.def_point, self.guard("site", ci, c.def_point), e.aligned), *later]
         for t in self._chain_roots.get(e.index, ()):
-            along = e.aligned and self._aligned_in_chain(t, c.node)
-            out += [(n, self.guard("recompute", t, n), along and self._recompute_aligned(t, n))
-                    for n in sorted(self._recompute_reach(t))]
+            if e.aligned and self._aligned_in_chain(t, c.node):
+                out += self._recompute_sites(t, True)
+            else:
+                out += self._recompute_sites(t, False)
         self._sites[e.index] = out
         return out
+
+    def _later_sites(self, c: Value, aligned: bool) -> list[tuple[int, int, bool]]:
+        """(point, site guard, read element for element) of every later point where value
+        ``c`` may be evaluated, for a reader of it that reads element for element
+        (``aligned``) or not, cached (shared by the readers)."""
+        key = (c.index, aligned)
+        found = self._later.get(key)
+        if found is None:
+            sites = self._site_guards.get(c.index)
+            if sites is None:
+                sites = self._site_guards[c.index] = [(n, self.guard("site", c.index, n))
+                                                      for n in c.sites]
+            if aligned:
+                bad = self._misaligned(c.index)
+                found = [(n, gd, n not in bad) for n, gd in sites]
+            else:
+                found = [(n, gd, False) for n, gd in sites]
+            self._later[key] = found
+        return found
+
+    def _recompute_sites(self, t: int, along: bool) -> list[tuple[int, int, bool]]:
+        """(point, recompute guard, read element for element) where value ``t``'s chain
+        is re-derived, for a reader ``along`` an aligned path to ``t``, cached (each chain
+        root stops many readers)."""
+        key = (t, along)
+        found = self._recompute_at.get(key)
+        if found is None:
+            found = self._recompute_at[key] = [
+                (n, self.guard("recompute", t, n), along and self._recompute_aligned(t, n))
+                for n in sorted(self._recompute_reach(t))]
+        return found
 
     def _recompute_edges(self, vi: int) -> list[Edge]:
         return [e for i in self.values[vi].edges if (e := self.edges[i]).legal(RECOMPUTED)]
@@ -261,7 +290,7 @@ class Holding:
         """Edge -> the values whose recompute chain contains the edge's consumer (not as
         its root) but not its producer: the chain stops there and reads the value."""
         ctx = self.ctx
-        value_at = {v.node: v.index for v in self.values}
+        value_at = self._value_at
         edge_at = {(self.values[e.value].node, ctx.node_by_name[e.consumer], e.operand): e.index
                    for e in self.edges}
         out: dict[int, list[int]] = {}
@@ -285,7 +314,7 @@ class Holding:
             members = recompute_chain(self.ctx, root.node).members
             ok = True
             if node != root.node:
-                v = next(x for x in self.values if x.node == node)
+                v = self.values[self._value_at[node]]
                 for i in v.edges:
                     e = self.edges[i]
                     if e.consumer_value is None:
@@ -301,10 +330,14 @@ class Holding:
     def _carries(self) -> list[_Carry]:
         g = self.ctx.g
         out = []
+        feeds: dict[int | None, list[Edge]] = {}  # carry -> the loop-carried edges into it
+        for e in self.edges:
+            if e.loop_carried:
+                feeds.setdefault(e.consumer_value, []).append(e)
         for v in self.values:
             if v.kind != "loop.carry":
                 continue
-            fed = [e for e in self.edges if e.loop_carried and e.consumer_value == v.index]
+            fed = feeds.get(v.index, [])
             if len(fed) != 1:
                 continue
             y = self.values[fed[0].value]
@@ -340,8 +373,8 @@ class Holding:
         out = []
         ends: dict[tuple[str, int, bool], int] = {}  # (value node, site, in place) -> end
         loop_free = {n for n, node in self.point_node.items()
-                     if not ctx.g.nodes[node]["loops"]
-                     and ctx.g.nodes[node]["kind"] != "loop.carry"}
+                     if not ctx.nodes[node]["loops"]
+                     and ctx.nodes[node]["kind"] != "loop.carry"}
         for e in self.edges:
             if not e.index & 255:
                 check_deadline(self.deadline)
@@ -353,9 +386,9 @@ class Holding:
             into = self._accumulator_into_carry(e)
             held = span(ctx, v.node, cn, e.loop_carried, inclusive=True,
                         in_place=in_place or into is not None)
-            pipe = ctx.g.nodes[v.node].get("pipeline")
+            pipe = ctx.nodes[v.node].get("pipeline")
             extra: list[tuple[int, int, int]] = []
-            if v.max_versions > 1 and pipe in ctx.g.nodes[cn]["loops"]:
+            if v.max_versions > 1 and pipe in ctx.nodes[cn]["loops"]:
                 # a value kept in versions is one array, live over the whole pipeline loop
                 lo, hi = ctx.loop_span[pipe]
                 gd = self.guard("versioned", v.index, 0)
@@ -384,8 +417,8 @@ class Holding:
             if into is not None and held[1] == e.consumer_point:  # split: copied at the mma
                 remote.append((e.consumer_point, e.consumer_point + 1,
                                self.guard("split", into.value, into.yielded)))
-            out.append(dataclasses.replace(e, held=held, remote=tuple(remote),
-                                           extra=tuple(x for x in extra if x[0] < x[1])))
+            out.append(replaced(e, held=held, remote=tuple(remote),
+                                extra=tuple(x for x in extra if x[0] < x[1])))
         self.edges = out
 
     def _accumulator_into_carry(self, e: Edge) -> _Carry | None:
@@ -445,10 +478,10 @@ class Holding:
         return exchange_home(self.ctx.target, scope)
 
     def _owner(self, point: int) -> str:
-        return owner_of(self.ctx, self.ctx.g.nodes[self.point_node[point]]["region"])
+        return owner_of(self.ctx, self.ctx.nodes[self.point_node[point]]["region"])
 
     def _row_major_memory(self, v: Value) -> bool:
-        op = self.ctx.g.nodes[v.node]["op"]
+        op = self.ctx.nodes[v.node]["op"]
         for alloc in self.ctx.g.graph["allocs"]:
             a: core.AllocOp = alloc["op"]
             if a.memory is op.memory:
@@ -473,6 +506,10 @@ class Holding:
         for e in self.edges:
             if e.consumer_kind == "tile.mma" and e.operand in (0, 1):
                 self._staging(e, add)
+        # where no owner's threads exchange registers, no value needs an exchange area
+        if not any(self._exchange_resource(s) is not None
+                   for s in set(self.ctx.owner_scope.values())):
+            return out
         for v in self.values:
             if not v.index & 255:
                 check_deadline(self.deadline)
@@ -482,7 +519,7 @@ class Holding:
     def _staging(self, e: Edge, add: object) -> None:
         v = self.values[e.value]
         nbytes = math.prod(v.shape) * 4  # staging is f32, dense
-        shape = self.ctx.g.nodes[v.node]["shape"]
+        shape = self.ctx.nodes[v.node]["shape"]
         scope = self.ctx.owner_scope[self._owner(e.consumer_point)]
         res = self._temp_resource(nbytes, product(tuple(shape)).const_value() is not None,
                                   scope)
@@ -532,6 +569,23 @@ class Holding:
                     res, v.bytes, n, when)
 
 
+def _site_points(guards: list[Guard], gs: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(value, points) when every guard of ``gs`` is a ``site`` guard of one value at
+    increasing points (:class:`GuardChain`'s ``site_of`` and ``points``), else None."""
+    first = guards[gs[0]]
+    if first.kind != "site":
+        return None
+    points = []
+    last = -1
+    for g in gs:
+        kind, a, b, _ = guards[g]
+        if kind != "site" or a != first.a or (points and b <= last):
+            return None
+        points.append(b)
+        last = b
+    return first.a, tuple(points)
+
+
 def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
            guards: list[Guard], groups: dict[tuple[int, int], dict[int, int]]) -> Value:
     """``v`` with its segments: the held items ``(start, end, edge, guard)``, and the
@@ -564,13 +618,10 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
     for (i, a), ends in sorted(groups.items()):
         order = sorted([(e, g) for g, e in ends.items()])
         gs = tuple([g for _, g in order])
-        first = guards[gs[0]]
-        points = tuple([guards[g].b for g in gs]) if first.kind == "site" else ()
-        if not points or any(guards[g].kind != "site" or guards[g].a != first.a for g in gs) \
-                or any(p >= q for p, q in itertools.pairwise(points)):
-            chains.append(GuardChain(i, a, gs, tuple([e for e, _ in order])))
-        else:
-            chains.append(GuardChain(i, a, gs, tuple([e for e, _ in order]), first.a, points))
+        stops = tuple([e for e, _ in order])
+        site = _site_points(guards, gs)
+        chains.append(GuardChain(i, a, gs, stops) if site is None
+                      else GuardChain(i, a, gs, stops, *site))
     opening: dict[int, list[int]] = {}
     closing: dict[int, list[int]] = {}  # where each chain's last guard stops holding
     for ci, c in enumerate(chains):
@@ -619,5 +670,4 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
             alive = [ci for ci in sorted(active) if chains[ci].edge not in covered]
         chained = tuple([(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])
         segs.append(Segment(lo, hi, edges, chained))
-    return dataclasses.replace(v, segments=tuple(segs), chains=tuple(chains),
-                               covers=tuple(covers))
+    return replaced(v, segments=tuple(segs), chains=tuple(chains), covers=tuple(covers))

@@ -37,12 +37,19 @@ def longest_inline_paths(count: int, hops: Callable[[int], Iterable[Hop]]) -> li
     """The longest chain of inlining hops from each of ``count`` values (``hops(v)``:
     the consumers ``v`` may be inlined into; values are numbered in program order)."""
     memo: dict[int, int] = {}
+    hop_lists: dict[int, list[Hop]] = {}  # hops(v), asked once per value
+
+    def hops_of(v: int) -> list[Hop]:
+        found = hop_lists.get(v)
+        if found is None:
+            found = hop_lists[v] = list(hops(v))
+        return found
 
     def children(v: int) -> list[int]:
-        return [c for c in hops(v) if c is not None]
+        return [c for c in hops_of(v) if c is not None]
 
     def compute(v: int) -> int:
-        return max((1 + (0 if c is None else memo[c]) for c in hops(v)), default=0)
+        return max((1 + (0 if c is None else memo[c]) for c in hops_of(v)), default=0)
 
     for v in reversed(range(count)):  # consumers come later: mostly memoized already
         memo_postorder(v, children, compute, memo)

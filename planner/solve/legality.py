@@ -49,7 +49,7 @@ MAX_RECOMPUTE_CHAIN = 16
 
 def rederivable(ctx: Context, node: str, owner: str) -> bool:
     """Whether a recomputation owned by ``owner`` re-derives ``node`` (else it stops)."""
-    d = ctx.g.nodes[node]
+    d = ctx.nodes[node]
     return is_recomputable_kind(d["kind"]) and owner_of(ctx, d["region"]) == owner
 
 
@@ -63,21 +63,17 @@ def recompute_chain(ctx: Context, node: str) -> Chain:
     """
     if node in ctx.chains:
         return ctx.chains[node]
-    owner = owner_of(ctx, ctx.g.nodes[node]["region"])
+    owner = owner_of(ctx, ctx.nodes[node]["region"])
     members, stack = {node}, [node]
     why: str | None = None
     while stack and why is None:
         m = stack.pop()
-        op = ctx.g.nodes[m]["op"]
-        why = staged_load_why(ctx, m)
-        if isinstance(op, core.LoadOp) and id(op.view) in ctx.stored_views:
-            why = (f"its chain re-reads %{ctx.names.get(op.view, '?')}, which the kernel "
-                   "also stores (a store may intervene)")
-        for u, _ in ctx.g.in_edges(m):
-            if ctx.g.nodes[u]["kind"] == "memory.load":
+        why, operands = _chain_step(ctx, m)
+        for u, snapshot, u_owner in operands:
+            if snapshot:
                 why = why or (f"its chain reaches the Memory snapshot {ctx.node_name[u]} "
                               "(a snapshot is read once)")
-            elif u not in members and rederivable(ctx, u, owner):
+            elif u not in members and u_owner == owner:  # :func:`rederivable`
                 members.add(u)
                 stack.append(u)
         if len(members) > MAX_RECOMPUTE_CHAIN:
@@ -87,11 +83,32 @@ def recompute_chain(ctx: Context, node: str) -> Chain:
     return chain
 
 
+def _chain_step(ctx: Context, m: str) -> tuple[str | None, list[tuple[str, bool, str | None]]]:
+    """Why chain member ``m`` stops a recomputation, and its operands: (node, a Memory
+    snapshot, the owner that may re-derive it: None where it is not recomputable),
+    cached (chains overlap)."""
+    found = ctx.chain_steps.get(m)
+    if found is None:
+        op = ctx.nodes[m]["op"]
+        why = staged_load_why(ctx, m)
+        if isinstance(op, core.LoadOp) and id(op.view) in ctx.stored_views:
+            why = (f"its chain re-reads %{ctx.names.get(op.view, '?')}, which the kernel "
+                   "also stores (a store may intervene)")
+        operands = []
+        for u in ctx.producers(m):
+            d = ctx.nodes[u]
+            kind = str(d["kind"])
+            operands.append((u, kind == "memory.load", owner_of(ctx, d["region"])
+                             if is_recomputable_kind(kind) else None))
+        found = ctx.chain_steps[m] = (why, operands)
+    return found
+
+
 # --------------------------------------------------------------------------- legality
 
 
 def fusion_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> str | None:
-    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    pd, cd = ctx.nodes[u], ctx.nodes[v]
     kind, ckind = pd["kind"], cd["kind"]
     common = _inline_illegal(ctx, u, v, data)
     if common:
@@ -125,7 +142,7 @@ def fusion_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> 
 def staged_load_why(ctx: Context, node: str) -> str | None:
     """Why a view load cannot be inlined: its scope reads the view only through a copy
     engine, which lands the tile in a buffer (the load's value is materialized there)."""
-    op = ctx.g.nodes[node]["op"]
+    op = ctx.nodes[node]["op"]
     if not isinstance(op, core.LoadOp):
         return None
     how = staged(ctx, op)
@@ -137,7 +154,7 @@ def staged_load_why(ctx: Context, node: str) -> str | None:
 
 
 def _inline_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object]) -> str | None:
-    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    pd, cd = ctx.nodes[u], ctx.nodes[v]
     why = staged_load_why(ctx, u)
     if why:
         return why
@@ -165,7 +182,7 @@ def recompute_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object],
     common = _inline_illegal(ctx, u, v, data)
     if common:
         return common
-    kind = ctx.g.nodes[u]["kind"]
+    kind = ctx.nodes[u]["kind"]
     if kind.startswith("tile.reduce"):
         return "a reduction is not re-executed per consumer"
     if kind == "tile.mma":
@@ -174,7 +191,7 @@ def recompute_illegal(ctx: Context, u: str, v: str, data: Mapping[str, object],
         return "a Memory snapshot is read once (a later read could see another state)"
     if not is_recomputable_kind(kind):
         return f"{kind} is not recomputable"
-    if ctx.g.nodes[v]["kind"] == "tile.mma" and data["operand"] == 2:
+    if ctx.nodes[v]["kind"] == "tile.mma" and data["operand"] == 2:
         return ("never recomputed into an mma accumulator: it is evaluated once per element "
                 "into the mma's output, which fusing it does")
     chain = recompute_chain(ctx, u)

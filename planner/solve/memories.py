@@ -38,7 +38,7 @@ def memory_occupants(ctx: Context) -> list[MemoryOccupant]:
         owner = op.owner if op.owner in ctx.parallels else None
         orders = [d["order"] for _, d in ctx.g.nodes(data=True)
                   if owner is None or owner in d["region"]]
-        orders = orders or [ctx.g.nodes[n]["order"] for n in uses]
+        orders = orders or [ctx.nodes[n]["order"] for n in uses]
         lo, hi = min(orders), max(orders) + 1
         maxv, stall = _memory_versions(ctx, uses)
         homes = _memory_homes(ctx, op, default)
@@ -101,7 +101,7 @@ def _memory_traffic_ns(ctx: Context, uses: list[str], res: Resource) -> float:
     """Time of the Memory's loads and stores if it lived in ``res``."""
     total = 0.0
     for n in uses:
-        d = ctx.g.nodes[n]
+        d = ctx.nodes[n]
         op = d["op"]
         if isinstance(op, core.CopyAsyncOp):
             real = copy_realization(ctx, op)
@@ -123,7 +123,7 @@ def _memory_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...
     missing version.  A Memory written in windows (S16) keeps one version: its versions
     must not rotate, and :mod:`planner.realize.pipeline` runs a pipeline that would need
     them in order."""
-    if any(_windowed(ctx.g.nodes[n]["op"]) for n in uses):
+    if any(_windowed(ctx.nodes[n]["op"]) for n in uses):
         return 1, (0,)  # a window refines the one buffer: a fresh version would lack the rest
     stage_v, stage_stall = _stage_versions(ctx, uses)
     copy_v, copy_stall = _copy_versions(ctx, uses)
@@ -141,7 +141,7 @@ def _copy_versions(ctx: Context, uses: list[str]) -> tuple[int, tuple[int, ...]]
     """An overlapped async copy wants its versions; with fewer its transfer is exposed."""
     maxv, exposed = 1, 0.0
     for n in uses:
-        d = ctx.g.nodes[n]
+        d = ctx.nodes[n]
         if not isinstance(d["op"], core.CopyAsyncOp):
             continue
         real = copy_realization(ctx, d["op"])

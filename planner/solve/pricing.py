@@ -9,7 +9,6 @@ arithmetic included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +17,7 @@ from planner.catalog import MmaOperand, Operation, Resource
 from planner.ir import core
 from planner.ir.graph import edge_id
 from planner.plan.decisions import Decision, Policy
+from planner.realize.copies import StagedTransfer
 from planner.solve.context import (
     Chain,
     Context,
@@ -58,6 +58,7 @@ from planner.solve.problem import (
     Placement,
     Terms,
     Value,
+    replaced,
     terms,
 )
 
@@ -104,7 +105,7 @@ def _chain_cycles(ctx: Context, chain: Chain, scope: str) -> float:
     through the global resource, shared among the concurrent instances)."""
     cycles = 0.0
     for n in chain.members:
-        compute, traffic = op_cycles(ctx, ctx.g.nodes[n], scope)
+        compute, traffic = op_cycles(ctx, ctx.nodes[n], scope)
         cycles += compute + traffic
     return cycles
 
@@ -112,7 +113,7 @@ def _chain_cycles(ctx: Context, chain: Chain, scope: str) -> float:
 def price_edge(ctx: Context, index: int, key: tuple[str, str, int], value: int) -> Edge:
     u, v, k = key
     data = ctx.g.edges[u, v, k]
-    pd, cd = ctx.g.nodes[u], ctx.g.nodes[v]
+    pd, cd = ctx.nodes[u], ctx.nodes[v]
     illegal: list[tuple[Decision, str]] = []
     pscope = ctx.owner_scope[owner_of(ctx, pd["region"])]
     if ctx.fig.register_home(pscope) is None:
@@ -149,7 +150,7 @@ def _line(node: Mapping[str, Any]) -> int:
 
 
 def price_value(ctx: Context, index: int, node: str, edges: list[Edge], policy: Policy) -> Value:
-    d = ctx.g.nodes[node]
+    d = ctx.nodes[node]
     owner = owner_of(ctx, d["region"])
     scope = ctx.owner_scope[owner]
     shape = tile_shape(ctx, d["value"])
@@ -196,20 +197,35 @@ def _policy(policy: Policy, kind: str, consumers: int, expensive: bool
 def _placements(ctx: Context, d: Mapping[str, object], scope: str, shape: tuple[int, ...],
                 itemsize: int, edges: list[Edge], pexec: int, maxv: int = 1
                 ) -> list[Placement]:
-    fig = ctx.fig
-    out: list[Placement] = []
     cols = any(e.column_reader for e in edges)
-    nbytes = math.prod(shape) * itemsize
-    elements = math.prod(shape)
     op = d.get("op")
     how = staged(ctx, op) if isinstance(op, core.LoadOp) else None
+    writers = _writer_ops(str(d["kind"]))
+    unit = _unit(ctx, d, scope)
+    # values alike share their placements: the answer depends on nothing else
+    key = (scope, unit, writers, how.landings if how is not None else None, shape, itemsize,
+           cols, pexec, maxv)
+    found = ctx.placements.get(key)
+    if found is None:
+        found = ctx.placements[key] = _placements_of(ctx, scope, unit, writers, how, shape,
+                                                     itemsize, cols, pexec, maxv)
+    return list(found)
+
+
+def _placements_of(ctx: Context, scope: str, unit: str, writers: tuple[Operation, ...],
+                   how: StagedTransfer | None, shape: tuple[int, ...], itemsize: int,
+                   cols: bool, pexec: int, maxv: int) -> tuple[Placement, ...]:
+    fig = ctx.fig
+    out: list[Placement] = []
+    nbytes = math.prod(shape) * itemsize
+    elements = math.prod(shape)
     for r in ctx.target.resources:
         if r.resource_class == "private":
             continue  # registers hold virtual values; they are not addressable buffers
         if how is not None and r.name not in how.landings:
             continue  # a staged load's value is the buffer its engine lands it in
         _, reason = fig.capacity_for(r, scope)
-        if reason or not ctx.accessible(r, _unit(ctx, d, scope), _writer_ops(str(d["kind"]))):
+        if reason or not ctx.accessible(r, unit, writers):
             continue
         sync, sync_cycles = fig.sync_rule(r, scope)
         banks = (r.banks.count, r.banks.width) if r.banks is not None else None
@@ -221,19 +237,38 @@ def _placements(ctx: Context, d: Mapping[str, object], scope: str, shape: tuple[
                 if lay.kind == "swizzled" else 0.0})
             out.append(Placement(r.name, lay, align(version_bytes(
                 layout_bytes(shape, itemsize, lay), maxv), r.alignment), write, sync))
-    return out
+    return tuple(out)
 
 
 def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
-    fig = ctx.fig
-    cd = ctx.g.nodes[ctx.node_by_name[e.consumer]]
+    cd = ctx.nodes[ctx.node_by_name[e.consumer]]
     cscope = ctx.owner_scope[owner_of(ctx, cd["region"])]
     cexec = executions_of(ctx, cd)
+    unit = _unit(ctx, cd, cscope)
+    # reads alike share their prices: the answer depends on nothing else
+    key = (cscope, unit, cexec, e.consumer_kind, e.operand, e.bytes, e.column_reader,
+           v.placements, v.shape, v.itemsize)
+    found = ctx.reads.get(key)
+    if found is None:
+        found = ctx.reads[key] = _reads(ctx, e, v, cscope, unit, cexec)
+    reads, why = found
+    illegal = e.illegal
+    if all(r is None for r in reads):
+        detail = "; ".join(sorted(set(why))) or (
+            f"no resource of {ctx.target.name} can be written by {v.scope} for {v.kind}")
+        illegal = (*illegal, (MATERIALIZED, f"no admissible resource ({detail})"))
+    return replaced(e, illegal=illegal, reads=reads, not_admissible=why)
+
+
+def _reads(ctx: Context, e: Edge, v: Value, cscope: str, unit: str, cexec: int
+           ) -> tuple[tuple[Terms | None, ...], tuple[str, ...]]:
+    """The read of each placement of ``v`` by ``e``'s consumer, and why it may not be."""
+    fig = ctx.fig
     reads: list[Terms | None] = []
     why: list[str] = []
     for p in v.placements:
         r = ctx.target.resource(p.resource)
-        if not _readable(ctx, r, _unit(ctx, cd, cscope), e):
+        if not _readable(ctx, r, unit, e):
             reads.append(None)
             why.append(f"{cscope} cannot read {r.name} for {e.consumer_kind}"
                        + (f" operand {tuple(MmaOperand)[e.operand]}"
@@ -250,10 +285,4 @@ def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
                               BANK: fig.ns(base * (degree - 1), cexec),
                               LAYOUT: fig.ns(layout_cycles, cexec)}))
         why.append("")
-    illegal = e.illegal
-    if all(r is None for r in reads):
-        detail = "; ".join(sorted(set(why))) or (
-            f"no resource of {ctx.target.name} can be written by {v.scope} for {v.kind}")
-        illegal = (*illegal, (MATERIALIZED, f"no admissible resource ({detail})"))
-    return dataclasses.replace(e, illegal=illegal, reads=tuple(reads),
-                               not_admissible=tuple(why))
+    return tuple(reads), tuple(why)

@@ -12,10 +12,12 @@ decisions and its evaluation.  What the numbers mean is explained in
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from planner.plan.decisions import Decision, LayoutChoice, Policy
 
@@ -57,6 +59,28 @@ class OutOfTime(Exception):
     """The caller's deadline passed while the problem or its model was being built;
     ``plan_kernel`` then answers with its heuristic plan (or a timeout when no problem
     exists yet)."""
+
+
+D = TypeVar("D")
+_FIELDS: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
+
+
+def replaced(obj: D, **changes: Any) -> D:
+    """``dataclasses.replace(obj, **changes)`` for a dataclass whose fields are all
+    ``__init__`` parameters, about three times faster (the builder replaces tens of
+    thousands of values and edges)."""
+    cls = type(obj)
+    found = _FIELDS.get(cls)
+    if found is None:
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        getter = operator.attrgetter(*names, *names[:1]) if len(names) == 1 \
+            else operator.attrgetter(*names)  # one name alone would not give a tuple
+        found = _FIELDS[cls] = (getter, {n: i for i, n in enumerate(names)})
+    getter, index = found
+    args = list(getter(obj))[:len(index)]
+    for name, value in changes.items():
+        args[index[name]] = value
+    return cls(*args)
 
 
 def check_deadline(deadline: float | None) -> None:
