@@ -25,7 +25,10 @@ from planner.lower.cpu.small_gemm import _emit_small_gemm
 
 SHAPES = [(64, 64, 64), (1, 1, 1), (0, 5, 3), (5, 0, 3), (5, 3, 0), (7, 37, 13),
           (65, 63, 64), (64, 64, 32), (64, 128, 64), (64, 64, 128), (1, 64, 64),
-          (64, 1, 64), (13, 33, 7)]
+          (64, 1, 64), (13, 33, 7),
+          # one vector or less past the full blocks (a one-vector block): attention's
+          # 13-key edge tile, exactly one vector at 16 and at 8 lanes
+          (64, 13, 64), (36, 13, 64), (36, 16, 64), (5, 48, 7), (3, 24, 5)]
 
 
 @functools.cache

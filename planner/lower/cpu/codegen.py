@@ -99,6 +99,7 @@ from planner.lower.cpu.llvm_helpers import I8P, I64, I64P, c64
 from planner.lower.cpu.mma import _Mma
 from planner.lower.cpu.prefetch import _Prefetch
 from planner.lower.cpu.rows import clamp_rows, zero_extents
+from planner.lower.cpu.zero_tiles import clamp_zero_tiles
 from planner.lower.loops import program as lp
 
 __all__ = ["CodegenConfig", "ModuleInfo", "emit_program", "placements"]
@@ -143,7 +144,7 @@ class _Fn(_Mma, _Prefetch):
                 per_instance.append((buf.name, b.gep(garena, [off]), stride))
         body = self.seg.body
         if self.cg.config.clamp_rows:  # rows no store writes; tile parts known to be 0
-            body = clamp_rows(self.seg, prog)
+            body = clamp_zero_tiles(clamp_rows(self.seg, prog), self.seg, prog)
             self.zeros = zero_extents(body, self.seg, prog)
         with self.loop(begin, end, 1, "inst") as inst:
             self.bind(self.seg.vars, self.seg.extents, inst)

@@ -8,7 +8,9 @@ vectorizes for any N and never becomes a libm call (LLVM's vector-library suppor
 
 Algorithms (Cephes-style single-precision minimax polynomials, evaluated with FMA)
 ---------------------------------------------------------------------------------
-* ``exp``: clamp x to [-104, 89] (NaN passes through separately); n = rint(x·log2 e);
+* ``exp``: clamp x to [-104, 89] (NaN and x < -104 are computed as 0 and selected after:
+  an underflowing multiply costs a microcode assist per vector, which a masked tile's
+  -inf lanes would pay on every row); n = rint(x·log2 e);
   Cody–Waite reduction r = x − n·ln2 with ln2 split in two (``fma``), |r| ≤ ln2/2;
   e^r ≈ 1 + r + r²·P5(r); the result is scaled by 2^n as ``2^(n>>1) · 2^(n−(n>>1))`` (two
   exact power-of-two multiplies), so results in the subnormal range round once and
@@ -221,9 +223,11 @@ def emit_exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Emit ``exp(x)`` for ``float`` or ``<N x float>`` ``x``; returns the same type."""
     b = builder
     ty = _check(x)
-    # Clamp with ordered compares: NaN becomes _EXP_LO here (no poison from fptosi) and is
-    # restored by the final select.
-    xc = b.select(b.fcmp_ordered(">=", x, _fc(ty, _EXP_LO)), x, _fc(ty, _EXP_LO))
+    # Clamp with ordered compares: NaN and x < _EXP_LO (-inf: attention's masked keys)
+    # become 0 here (no poison from fptosi; no underflowing multiply, which costs a
+    # microcode assist per vector) and are restored by the final selects.
+    above = b.fcmp_ordered(">=", x, _fc(ty, _EXP_LO))
+    xc = b.select(above, x, _fc(ty, 0.0))
     xc = b.select(b.fcmp_ordered("<=", xc, _fc(ty, _EXP_HI)), xc, _fc(ty, _EXP_HI))
     nf = _unary(b, "llvm.rint", b.fmul(xc, _fc(ty, _LOG2E)))
     r = _fma(b, nf, _fc(ty, -_LN2_HI), xc)
@@ -235,6 +239,7 @@ def emit_exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     n1 = b.ashr(n, _ic(ty, 1))
     n2 = b.sub(n, n1)
     y = b.fmul(b.fmul(y, _pow2i(b, n1, ty)), _pow2i(b, n2, ty))
+    y = b.select(above, y, _fc(ty, 0.0))
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 
