@@ -102,10 +102,11 @@ def _columns_read(kind: str, op: core.Op | None, operand: int) -> bool:
 
 def _chain_cycles(ctx: Context, chain: Chain, scope: str) -> float:
     """Cycles of one re-derivation at ``scope``: every member once (a load's tile read
-    through the global resource, shared among the concurrent instances)."""
+    through the global resource, shared among the concurrent instances), on whole tiles
+    (:func:`~planner.solve.context.op_cycles`)."""
     cycles = 0.0
     for n in chain.members:
-        compute, traffic = op_cycles(ctx, ctx.nodes[n], scope)
+        compute, traffic = op_cycles(ctx, ctx.nodes[n], scope, whole=True)
         cycles += compute + traffic
     return cycles
 
@@ -132,7 +133,7 @@ def price_edge(ctx: Context, index: int, key: tuple[str, str, int], value: int) 
         scope = ctx.owner_scope[owner_of(ctx, cd["region"])]
         cycles = _chain_cycles(ctx, recompute_chain(ctx, u), scope)
         if data["stage_distance"]:
-            cycles += latency_cycles(ctx, pd, scope)
+            cycles += latency_cycles(ctx, pd, scope, whole=True)
         recompute = terms(**{RECOMPUTE: ctx.fig.ns(cycles, cexec)})
     pname, cname = ctx.node_name[u], ctx.node_name[v]
     return Edge(index, edge_id(ctx.node_name, u, v, data["operand"]), value, pname, cname,

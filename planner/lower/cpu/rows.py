@@ -28,8 +28,9 @@ from collections.abc import Callable
 
 from planner.ir.core import BinaryFn, ReduceFn, UnaryFn
 from planner.ir.dtypes import DType
-from planner.ir.expr import Const, Expr, Sym, add, ceil_div, emax, emin, mul
+from planner.ir.expr import Const, Expr, Sym, add, emax, emin
 from planner.lower.loops import ir as lp
+from planner.realize.edges import granule_expr, valid_expr
 
 
 def _leaves(stmts: tuple[lp.Stmt, ...]) -> list[lp.Stmt] | None:
@@ -158,12 +159,7 @@ def row_limit(seg: lp.Segment, prog: lp.LoopProgram
                 if isinstance(r, lp.BufRead) and r.buffer in rows and (
                         v is None or not r.index or r.index[0] != Sym(v)):
                     return None
-    r_expr = emin(e, emax(Const(0), add(extent, _neg(offset))))
-    return r_expr, rows, row_stmts
-
-
-def _neg(x: Expr) -> Expr:
-    return mul(-1, x)
+    return valid_expr(e, extent, offset), rows, row_stmts
 
 
 def clamp_rows(seg: lp.Segment, prog: lp.LoopProgram) -> tuple[lp.Stmt, ...]:
@@ -298,7 +294,7 @@ def zero_extents(body: tuple[lp.Stmt, ...], seg: lp.Segment, prog: lp.LoopProgra
             if val.index != (add(win.offsets[0], v0), add(win.offsets[1], v1)):
                 return None
             shape = prog.param(val.view).shape
-            r, c = (emin(e, emax(Const(0), add(x, _neg(o))))
+            r, c = (valid_expr(e, x, o)
                     for e, x, o in zip(p.extents, shape, win.offsets, strict=True))
             return r, c
         if isinstance(val, lp.BufRead) and val.index == (v1, v0):
@@ -349,10 +345,9 @@ def zero_extents(body: tuple[lp.Stmt, ...], seg: lp.Segment, prog: lp.LoopProgra
 # reader), a reduction what is said above (all of it for another class). Summation order
 # follows the clamped row (as for any row of that length), so sums may round differently.
 
-#: A clamp is rounded up to a multiple of this many columns (the widest catalog vector, a
-#: multiple of every width; within the tile): the extra columns are masked columns too,
-#: holding the same value, so the row runs whole vectors, no masked tail.
-_GRANULE = 16
+# A clamp is rounded up to whole :data:`~planner.realize.edges.GRANULE`-lane vectors
+# (:func:`~planner.realize.edges.granule_expr`): the extra columns are masked columns too,
+# holding the same value, so the row runs whole vectors, no masked tail.
 
 _NINF, _NEG, _ZERO, _POS, _PINF, _NAN = "-inf", "-", "0", "+", "+inf", "nan"
 _FLOATS = frozenset((_NINF, _NEG, _ZERO, _POS, _PINF, _NAN))
@@ -677,7 +672,7 @@ def _clamp_bound(body: tuple[lp.Stmt, ...], seg: lp.Segment, prog: lp.LoopProgra
                 most: Expr = Const(0)
                 for i, x in enumerate(dict.fromkeys(want)):
                     most = x if i == 0 else emax(most, x)
-                r = emin(e, mul(ceil_div(most, _GRANULE), _GRANULE))
+                r = granule_expr(most, e)
                 if r != e:
                     clamps[id(s)] = r
         j = s.vars[-1] if s.vars else None  # type: ignore[union-attr]

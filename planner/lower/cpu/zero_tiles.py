@@ -5,20 +5,21 @@ X.extent - o))`` in each dimension (:func:`~.rows.zero_extents`), and an mma tha
 stops there. When every reader of the tile is such an mma, or a transpose ``%u[w0, w1] =
 %t[w1, w0]`` whose every reader is one, nothing reads past ``R``: the copy runs ``R``
 rows and columns (attention's last key tile: 13 of 64 keys of K and V) and the transpose
-``R`` rows by ``R`` columns rounded up to :data:`~.rows._GRANULE` (whole vectors and
-in-register W×W blocks; the extra columns hold what the tile holds there, which no mma
-reads). Each dimension is clamped where the tile is written, so the mma's bounds,
-evaluated where it reads the tile, are the clamped copy's.
+``R`` rows by ``R`` columns rounded up to :data:`~planner.realize.edges.GRANULE` (whole
+vectors and in-register W×W blocks; the extra columns hold what the tile holds there,
+which no mma reads). Each dimension is clamped where the tile is written, so the mma's
+bounds, evaluated where it reads the tile, are the clamped copy's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from planner.ir.expr import Const, Expr, Sym, add, ceil_div, emax, emin, mul
+from planner.ir.expr import Expr, Sym, add, emin
 from planner.lower.cpu.mma_sources import _names
-from planner.lower.cpu.rows import _GRANULE, _leaves, _map_leaves, _parts, zero_extents
+from planner.lower.cpu.rows import _leaves, _map_leaves, _parts, zero_extents
 from planner.lower.loops import ir as lp
+from planner.realize.edges import granule_expr, valid_expr
 
 _Zeros = dict[tuple[int, str, Expr], tuple[Expr, Expr]]
 
@@ -64,7 +65,7 @@ def _valid(p: lp.Nest, prog: lp.LoopProgram) -> tuple[Expr, Expr] | None:
     if d.index != (v0, v1) or val.index != (add(win.offsets[0], v0), add(win.offsets[1], v1)):
         return None
     shape = prog.param(val.view).shape
-    r, c = (emin(e, emax(Const(0), add(x, mul(-1, o))))
+    r, c = (valid_expr(e, x, o)
             for e, x, o in zip(p.extents, shape, win.offsets, strict=True))
     return r, c
 
@@ -103,7 +104,7 @@ def _copy_extents(s: lp.Stmt, leaves: list[lp.Stmt], zeros: _Zeros, seg: lp.Segm
                                            for m in ureaders):
                 return None
             rows, cols = got
-            wide = emin(r.extents[1], mul(ceil_div(rows, _GRANULE), _GRANULE))  # type: ignore[union-attr]
+            wide = granule_expr(rows, r.extents[1])  # type: ignore[union-attr]
             transposes[id(r)] = (emin(r.extents[0], cols), wide)  # type: ignore[union-attr]
     if len(valid) != 1:
         return None
