@@ -212,9 +212,9 @@ def edge_reason(problem: Problem, a: Assignment, ev: Evaluation, e: Edge,
     v = problem.values[e.value]
     head = _summary(problem, a, e, c)
     mine = _isolated(problem, e, c)
-    cheaper = sorted((p, i, alt) for i, alt in enumerate(CHOICES) if alt is not c
-                     and e.legal(alt) and (p := _isolated(problem, e, alt)) is not None
-                     and mine is not None and p < mine)
+    cheaper = [] if mine is None else sorted(
+        (p, i, alt) for i, alt in enumerate(CHOICES) if alt is not c
+        and e.legal(alt) and (p := _isolated(problem, e, alt)) is not None and p < mine)
     cut = depth_cut(e)
     if cut is not None and c in PRESERVING:  # refused by the limit, not by the hardware
         head = f"{head}; not inlined: {cut}"

@@ -50,9 +50,11 @@ choices are simply not created.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -149,6 +151,7 @@ class BuiltModel:
     deadline: float | None = None  # past it, :class:`OutOfTime` (see :meth:`tick`)
     ticks: int = 0
     cuts: bool = True  # redundant linking constraints for the LP (see :func:`build_model`)
+    inlinable: dict[int, list[tuple[int, Edge]]] = field(default_factory=dict)  # see _site
 
     def tick(self) -> None:
         """Count one unit of model-building work; every 256th checks the deadline, so
@@ -161,7 +164,7 @@ class BuiltModel:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
         if group is None or not self.assumptions:
             return []
-        lit = self.model.NewBoolVar(group.name)
+        lit = self.model.new_bool_var(group.name)
         self.groups.append(group)
         self.literals.append(lit)
         return [lit]
@@ -179,6 +182,26 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     ``cuts`` adds redundant constraints that tighten the LP relaxation (one sum per edge
     in the site disjunctions, :func:`_delivery_cuts`); they cost model-building time.
     """
+    with paused_gc():
+        return _build_model(problem, restrictions, assumptions, skip, hint, deadline, cuts)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside: model building allocates hundreds of
+    thousands of small objects, none of them garbage, and each collection rescans them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build_model(problem: Problem, restrictions: Restrictions | None, assumptions: bool,
+                 skip: frozenset[str], hint: Assignment | None, deadline: float | None,
+                 cuts: bool) -> BuiltModel:
     bm = BuiltModel(problem, cp_model.CpModel(), assumptions=assumptions,
                     restrictions=restrictions or {},
                     no_registers=frozenset() if assumptions else _no_registers(problem),
@@ -214,8 +237,8 @@ def _edge_choices(bm: BuiltModel, e: Edge, restrictions: Restrictions,
     made = CHOICES if bm.assumptions else [
         c for c in allowed if c is not VIRTUAL or e.index not in bm.no_registers]
     for c in made:
-        bm.x[(e.index, c)] = m.NewBoolVar(f"x{e.index}_{c.value[0]}")
-    m.AddExactlyOne([bm.x[(e.index, c)] for c in made])
+        bm.x[(e.index, c)] = m.new_bool_var(f"x{e.index}_{c.value[0]}")
+    m.add_exactly_one([bm.x[(e.index, c)] for c in made])
     if bm.assumptions:
         groups = (
             (Group(f"legal:{e.index}", "legal", e.index), set(CHOICES) - set(legal)),
@@ -226,7 +249,7 @@ def _edge_choices(bm: BuiltModel, e: Edge, restrictions: Restrictions,
             if banned and group.name not in skip:
                 lits = _shared_guard(bm, group)
                 for c in sorted(banned, key=_RANK.get):
-                    m.Add(bm.x[(e.index, c)] == 0).OnlyEnforceIf(lits)
+                    m.add(bm.x[(e.index, c)] == 0).only_enforce_if(lits)
     for c in made:
         bm.tiebreak.append((bm.x[(e.index, c)], _RANK[c]))
     if (e.index, FUSED) in bm.x:
@@ -249,11 +272,11 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     preserved = [bm.x[(e.index, c)] for e in edges for c in _KEEP
                  if (e.index, c) in bm.x]
     if total(v.home) and preserved:
-        home = m.NewBoolVar(f"home{v.index}")
+        home = m.new_bool_var(f"home{v.index}")
         for e in edges:  # one sum per edge: its choices exclude each other (a tighter LP)
             lits = [bm.x[(e.index, c)] for c in _KEEP if (e.index, c) in bm.x]
             if lits:
-                m.Add(sum(lits) <= home)
+                m.add(cp_model.LinearExpr.sum(lits) <= home)
         bm.cost.append((home, total(v.home)))
     _version_vars(bm, v, edges)
 
@@ -277,14 +300,15 @@ def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
     # A chain's suffixes are derived once per value: ``any[j]`` is implied by guard ``j``
     # and by ``any[j + 1]``, so a segment holding from ``first`` on costs one product per
     # storage, not one per guard (linear in the chain, not in segments × guards).
+    chains, conditions = v.chains, bm.conditions
     for ci, first in seg.chained:
-        edge = v.chains[ci].edge
+        edge = chains[ci].edge
         if (edge, choice) not in x:
             continue
-        suffixes = bm.conditions.get(("suffixes", vi, ci))
+        suffixes = conditions.get(("suffixes", vi, ci))
         if suffixes is None:
-            suffixes = _suffixes(bm, v.chains[ci].guards)
-            bm.conditions[("suffixes", vi, ci)] = suffixes  # type: ignore[assignment]
+            suffixes = _suffixes(bm, chains[ci].guards)
+            conditions[("suffixes", vi, ci)] = suffixes  # type: ignore[assignment]
         guard = suffixes[first] if first < len(suffixes) else False  # type: ignore[index]
         held = _held(bm, edge, choice, guard, ("chain", vi, ci, first))
         if held is not False:
@@ -326,9 +350,9 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
         elif cur is False:
             cur = lit
         elif lit is not False:
-            any_ = bm.model.NewBoolVar(f"any{guards[j]}_{j}")
-            bm.model.AddImplication(lit, any_)  # type: ignore[arg-type]
-            bm.model.AddImplication(cur, any_)
+            any_ = bm.model.new_bool_var(f"any{guards[j]}_{j}")
+            bm.model.add_implication(lit, any_)  # type: ignore[arg-type]
+            bm.model.add_implication(cur, any_)
             cur = any_
         out[j] = cur
     return out
@@ -338,17 +362,21 @@ def _held(bm: BuiltModel, i: int, c: Decision, guard: Cond, key: tuple[object, .
           ) -> Cond:
     """Edge ``i``, taking ``c`` (virtual: in registers, materialized: in its buffer), holds
     its value while ``guard`` holds; ``False`` where it cannot."""
-    held = _conjunction(bm, ("held", i, c, *key), [bm.x.get((i, c), False), guard])
-    return bm.x[(i, c)] if held is True else held
+    lit = bm.x.get((i, c))  # :func:`_conjunction` of the two, without its generality
+    if lit is None or guard is False:
+        return False
+    if guard is True:
+        return lit
+    return _product(bm, ("held", i, c, *key), [lit, guard])  # type: ignore[list-item]
 
 
 def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
                   ) -> cp_model.IntVar:
     if len(lits) == 1:
         return lits[0]
-    out = m.NewBoolVar(name)
+    out = m.new_bool_var(name)
     for lit in lits:
-        m.AddImplication(lit, out)
+        m.add_implication(lit, out)
     return out
 
 
@@ -364,28 +392,28 @@ def _placement_vars(bm: BuiltModel, v: Value, edges: list[Edge], skip: frozenset
         for q in range(len(v.placements)):
             if e.reads[q] is None and not bm.assumptions:
                 continue
-            z = m.NewBoolVar(f"z{e.index}_{q}")
+            z = m.new_bool_var(f"z{e.index}_{q}")
             bm.z[(e.index, q)] = z
             zs.append(z)
             readers.setdefault(q, []).append(z)
             if e.reads[q] is None:
                 group = Group(f"legal:{e.index}", "legal", e.index)
                 if group.name not in skip:
-                    m.Add(z == 0).OnlyEnforceIf(_shared_guard(bm, group))
+                    m.add(z == 0).only_enforce_if(_shared_guard(bm, group))
             else:
                 bm.cost.append((z, total(e.reads[q])))
                 bm.tiebreak.append((z, q))
-        m.Add(sum(zs) == bm.x[(e.index, MATERIALIZED)])
+        m.add(cp_model.LinearExpr.sum(zs) == bm.x[(e.index, MATERIALIZED)])
     ys = []
     for q, zs in sorted(readers.items()):
-        y = m.NewBoolVar(f"y{v.index}_{q}")
+        y = m.new_bool_var(f"y{v.index}_{q}")
         bm.y[(v.index, q)] = y
         ys.append(y)
         for z in zs:
-            m.AddImplication(z, y)
-        m.AddBoolOr(zs).OnlyEnforceIf(y)
+            m.add_implication(z, y)
+        m.add_bool_or(zs).only_enforce_if(y)
         bm.cost.append((y, total(v.placements[q].write)))
-    m.AddAtMostOne(ys)
+    m.add_at_most_one(ys)
 
 
 def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
@@ -394,19 +422,19 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
     m = bm.model
     cross = [bm.x[(e.index, c)] for e in edges if e.cross_stage for c in _KEEP
              if (e.index, c) in bm.x]
-    us = [m.NewBoolVar(f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
-    m.AddExactlyOne(us)
+    us = [m.new_bool_var(f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
+    m.add_exactly_one(us)
     for k, lit in enumerate(us, start=1):
         bm.u[(v.index, k)] = lit
         bm.tiebreak.append((lit, v.max_versions - k))
     if not cross:
-        m.Add(us[0] == 1)
+        m.add(us[0] == 1)
         return
     p = _at_least_any(m, cross, f"cross{v.index}")
     if len(cross) > 1:  # exactly "some cross-stage edge is preserved": versions depend on it
-        m.AddBoolOr(cross).OnlyEnforceIf(p)
+        m.add_bool_or(cross).only_enforce_if(p)
     bm.cross[v.index] = p
-    m.AddImplication(p.Not(), us[0])
+    m.add_implication(p.Not(), us[0])
     for k, lit in enumerate(us, start=1):
         if v.stall[k - 1]:
             stall = _product(bm, ("stall", v.index, k), [lit, p])
@@ -416,8 +444,8 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
 def _memory_vars(bm: BuiltModel, index: int, max_versions: int, stall: tuple[int, ...]
                  ) -> None:
     m = bm.model
-    lits = [m.NewBoolVar(f"mv{index}_{k}") for k in range(1, max_versions + 1)]
-    m.AddExactlyOne(lits)
+    lits = [m.new_bool_var(f"mv{index}_{k}") for k in range(1, max_versions + 1)]
+    m.add_exactly_one(lits)
     for k, lit in enumerate(lits, start=1):
         bm.mv[(index, k)] = lit
         bm.tiebreak.append((lit, max_versions - k))
@@ -429,8 +457,8 @@ def _memory_home_vars(bm: BuiltModel, m: MemoryOccupant) -> None:
     """One Boolean per legal home of an explicit Memory (exactly one), priced by traffic."""
     if len(m.homes) == 1:
         return
-    lits = [bm.model.NewBoolVar(f"mh{m.index}_{h}") for h in range(len(m.homes))]
-    bm.model.AddExactlyOne(lits)
+    lits = [bm.model.new_bool_var(f"mh{m.index}_{h}") for h in range(len(m.homes))]
+    bm.model.add_exactly_one(lits)
     for h, lit in enumerate(lits):
         bm.mh[(m.index, h)] = lit
         bm.tiebreak.append((lit, h))
@@ -445,8 +473,8 @@ def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar
         return lits[0]
     out = bm.products.get(key)
     if out is None:
-        out = bm.model.NewBoolVar(f"p{len(bm.products)}")
-        bm.model.AddBoolOr([out, *(lit.Not() for lit in lits)])  # all of lits -> out
+        out = bm.model.new_bool_var(f"p{len(bm.products)}")
+        bm.model.add_bool_or([out, *[lit.Not() for lit in lits]])  # all of lits -> out
         bm.products[key] = out
     return out
 
@@ -481,7 +509,7 @@ def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond],
         for group in exclusive if bm.cuts else ():
             some = [c for c in group if c is not False]
             if len(some) > 1:
-                bm.model.Add(cp_model.LinearExpr.sum(some) <= out)  # type: ignore[arg-type]
+                bm.model.add(cp_model.LinearExpr.sum(some) <= out)  # type: ignore[arg-type]
     return out
 
 
@@ -502,8 +530,11 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
     p = bm.problem
 
     def inlinable(vj: int) -> list[tuple[int, Edge]]:
-        return [(i, p.edges[i]) for i in p.values[vj].edges
-                if (i, FUSED) in bm.x or (i, RECOMPUTED) in bm.x]
+        got = bm.inlinable.get(vj)
+        if got is None:
+            got = bm.inlinable[vj] = [(i, p.edges[i]) for i in p.values[vj].edges
+                                      if (i, FUSED) in bm.x or (i, RECOMPUTED) in bm.x]
+        return got
 
     def later(key: tuple[str, int, int]) -> list[tuple[str, int, int]]:
         _, vj, pt = key
@@ -580,10 +611,10 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> cp_model.IntVar:
     def exact_and(name: str, a: object, b: object) -> object:
         if isinstance(a, int) or isinstance(b, int):
             return a * b  # type: ignore[operator]
-        z = m.NewBoolVar(name)
-        m.Add(z <= a)  # type: ignore[operator]
-        m.Add(z <= b)  # type: ignore[operator]
-        m.Add(z >= a + b - 1)  # type: ignore[operator]
+        z = m.new_bool_var(name)
+        m.add(z <= a)  # type: ignore[operator]
+        m.add(z <= b)  # type: ignore[operator]
+        m.add(z >= a + b - 1)  # type: ignore[operator]
         return z
 
     a, b = storage(carry), storage(yielded)
@@ -594,13 +625,13 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> cp_model.IntVar:
     buffered = sum(y for (w, _), y in bm.y.items() if w == yielded)
     mixed: object = 0
     if lits and not isinstance(buffered, int):  # kept in two places
-        virtual = m.NewBoolVar(f"virtual{yielded}")
-        m.AddMaxEquality(virtual, lits)
+        virtual = m.new_bool_var(f"virtual{yielded}")
+        m.add_max_equality(virtual, lits)
         mixed = exact_and(f"mixed{yielded}", virtual, buffered)
-    d = m.NewBoolVar(f"split{carry}_{yielded}")
-    m.Add(d >= 1 - same)  # type: ignore[operator]
-    m.Add(d >= mixed)  # type: ignore[operator]
-    m.Add(d <= 1 - same + mixed)  # type: ignore[operator]
+    d = m.new_bool_var(f"split{carry}_{yielded}")
+    m.add(d >= 1 - same)  # type: ignore[operator]
+    m.add(d >= mixed)  # type: ignore[operator]
+    m.add(d <= 1 - same + mixed)  # type: ignore[operator]
     bm.conditions[key] = d
     return d
 
@@ -613,8 +644,8 @@ def _pingpong(bm: BuiltModel, gi: int) -> Cond:
     if key in bm.conditions:
         return bm.conditions[key]
     split = _split(bm, g.a, g.b)
-    alias = bm.model.NewBoolVar(f"alias{g.a}_{g.b}")
-    bm.model.Add(alias + split == 1)
+    alias = bm.model.new_bool_var(f"alias{g.a}_{g.b}")
+    bm.model.add(alias + split == 1)
     late = _disjunction(bm, ("late", g.a, g.b),
                         [True if x < 0 else guard_literal(bm, x) for x in g.any_of])
     out = _conjunction(bm, key, [alias, late])
@@ -669,26 +700,31 @@ def occupancy_terms(bm: BuiltModel, lp: LivePoint, resource: str
     if buffered is None:  # the values with a placement in ``resource``
         buffered = bm.buffered[resource] = frozenset(
             v.index for v in p.values if any(pl.resource == resource for pl in v.placements))
+    seen = bm.held  # checked here too: most segments recur in many sums
     for vi, si in lp.segments:
         v = p.values[vi]
-        if v.register == resource:
+        if v.register == resource and (vi, si, VIRTUAL) not in seen:
             _holds(bm, vi, si, VIRTUAL)
-        if vi in buffered:
+        if vi in buffered and (vi, si, MATERIALIZED) not in seen:
             _holds(bm, vi, si, MATERIALIZED)
-        ks = range(1, v.max_versions + 1)
-        versions = [(k, bm.u.get((vi, k))) for k in ks] if v.max_versions > 1 else [(1, None)]
-        if v.register == resource and (vi, si) in bm.reg:
+        reg = bm.reg.get((vi, si)) if v.register == resource else None
+        mat = bm.mat.get((vi, si))
+        if reg is None and mat is None:
+            continue
+        versions = [(k, bm.u.get((vi, k))) for k in range(1, v.max_versions + 1)] \
+            if v.max_versions > 1 else [(1, None)]
+        if reg is not None:
             for k, uk in versions:
-                lits = [bm.reg[(vi, si)]] + ([uk] if uk is not None else [])
-                out.append((_product(bm, ("r", vi, si, k), lits), v.reg_bytes * k))
+                held = reg if uk is None else _product(bm, ("r", vi, si, k), [reg, uk])
+                out.append((held, v.reg_bytes * k))
             most += v.reg_bytes * v.max_versions
-        if (vi, si) not in bm.mat:
+        if mat is None:
             continue
         qs = [q for q, pl in enumerate(v.placements)
               if pl.resource == resource and (vi, q) in bm.y]
         for q in qs:
             for k, uk in versions:
-                lits = [bm.mat[(vi, si)], bm.y[(vi, q)]] + ([uk] if uk is not None else [])
+                lits = [mat, bm.y[(vi, q)]] + ([uk] if uk is not None else [])
                 out.append((_product(bm, ("m", vi, si, q, k), lits),
                             v.placements[q].bytes * k))
         if qs:
@@ -830,7 +866,8 @@ def _capacity(bm: BuiltModel, lp: LivePoint, skip: frozenset[str]) -> None:
             continue
         bm.capacity_exprs[(resource, lp.point)] = (out, fixed)
         lits = bm.guard(Group(name, "capacity", lp.point, resource))
-        bm.model.Add(sum(c * lit for lit, c in out) + fixed <= cap).OnlyEnforceIf(lits)
+        expr = cp_model.LinearExpr.weighted_sum([lit for lit, _ in out], [c for _, c in out])
+        bm.model.add(expr + fixed <= cap).only_enforce_if(lits)
 
 
 def _delivery_cuts(bm: BuiltModel) -> None:
@@ -864,7 +901,7 @@ def _delivery_cuts(bm: BuiltModel) -> None:
         if site is None or isinstance(site, bool):
             continue
         parts = [_delivered(bm, held_at, i, c, w, pt) for c in CHOICES if (i, c) in x]
-        bm.model.Add(cp_model.LinearExpr.sum(parts) >= site)
+        bm.model.add(cp_model.LinearExpr.sum(parts) >= site)
 
 
 def _delivered(bm: BuiltModel, held_at: dict[tuple[int, int, int], list[Cond]], i: int,
@@ -879,14 +916,14 @@ def _delivered(bm: BuiltModel, held_at: dict[tuple[int, int, int], list[Cond]], 
 def add_hint(bm: BuiltModel, a: Assignment) -> None:
     """Hint CP-SAT with a known assignment (a heuristic plan)."""
     for (e, c), lit in bm.x.items():
-        bm.model.AddHint(lit, a.choices[e] is c)
+        bm.model.add_hint(lit, a.choices[e] is c)
     for (vi, q), lit in bm.y.items():
-        bm.model.AddHint(lit, a.placement[vi] == q)
+        bm.model.add_hint(lit, a.placement[vi] == q)
     for (e, q), lit in bm.z.items():
-        bm.model.AddHint(lit, a.choices[e] is MATERIALIZED
+        bm.model.add_hint(lit, a.choices[e] is MATERIALIZED
                          and a.placement[bm.problem.edges[e].value] == q)
     for (vi, k), lit in bm.u.items():
-        bm.model.AddHint(lit, a.versions[vi] == k)
+        bm.model.add_hint(lit, a.versions[vi] == k)
 
 
 # --------------------------------------------------------------------------- solving
@@ -1121,6 +1158,12 @@ def fallback_assignment(problem: Problem, restrictions: Restrictions | None = No
     occupancy (which also sees the registers a value holds while a reader of it is
     inlined into a later consumer): the biggest register holder at the first overflow
     leaves registers, until the plan fits or nothing is left to move."""
+    with paused_gc():
+        return _fallback_assignment(problem, restrictions, deadline)
+
+
+def _fallback_assignment(problem: Problem, restrictions: Restrictions | None,
+                         deadline: float | None) -> Assignment | None:
     found = greedy_assignment(problem, restrictions)
     if found is not None:
         return found

@@ -73,6 +73,7 @@ from planner.solve.model import (
     add_hint,
     build_model,
     fallback_assignment,
+    paused_gc,
     solve,
 )
 
@@ -297,6 +298,11 @@ class _Header:
 
     def solved(self, a: Assignment, restrictions: Mapping[int, frozenset], optimal: bool,
                bound: int, seconds: float) -> MaterializationPlan:
+        with paused_gc():
+            return self._solved(a, restrictions, optimal, bound, seconds)
+
+    def _solved(self, a: Assignment, restrictions: Mapping[int, frozenset], optimal: bool,
+                bound: int, seconds: float) -> MaterializationPlan:
         p = self.problem
         ev = evaluate(p, a, restrictions)
         if not ev.feasible:
