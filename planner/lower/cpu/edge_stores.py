@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from planner.ir.expr import Expr, Sym, add, emax, emin
+from planner.ir.expr import Expr, Sym, add
 from planner.lower.cpu.llvm_helpers import I1, c64
 from planner.lower.loops import program as lp
+from planner.realize.edges import valid_expr
 
 if TYPE_CHECKING:
     from planner.lower.cpu.nests import _Nests
@@ -42,7 +43,7 @@ def clamped_store(s: lp.Nest | lp.ReduceNest | lp.FusedNest, prog: lp.LoopProgra
         if var is None or var in seen:
             return None
         seen.add(var)
-        extents[var] = emin(extents[var], emax(0, size - off))
+        extents[var] = valid_expr(extents[var], size, off)
     return win, dataclasses.replace(s, extents=tuple(extents[v] for v in s.vars))
 
 
