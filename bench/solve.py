@@ -15,7 +15,9 @@ elementwise ops, exps (shared by several consumers) and row reductions with thei
 broadcasts over 4×16 f32 tiles, inside one parallel region, so register capacity
 binds.  Reported: the time to a proven optimum, or the gap when the time limit stops the
 search (against ``bound ns``: the solver's bound, or the capacity-free relaxation where
-that is higher), on ``--workers`` search workers: ``plan s`` is the whole ``plan_kernel`` call
+that is higher, or from 5,000 edges, where the time limit leaves room for it, the LP
+relaxation of :mod:`planner.solve.lp`), on ``--workers`` search workers: ``plan s`` is
+the whole ``plan_kernel`` call
 (graph, pricing, proofs, model building, search, evaluation), which ``time_limit`` bounds
 (``/ limit``: its share of the limit), ``cp-sat s`` the search alone (tie-break
 included), ``model size`` the estimate of :func:`planner.solve.budget.estimate_model_size`,

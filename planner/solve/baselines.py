@@ -18,7 +18,7 @@ when the solver finds nothing within its time limit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from planner.plan.decisions import Baseline, Decision
 from planner.solve.costs import (
@@ -94,14 +94,20 @@ def _isolated_price(problem: Problem, e: Edge, c: Decision) -> int | None:
     return min(prices) if prices else None
 
 
-def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
-                      ) -> Assignment | None:
-    """A heuristic plan, or None when the heuristic's plan is not feasible."""
+def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None,
+                      start: Sequence[Decision | None] | None = None) -> Assignment | None:
+    """A heuristic plan, or None when the heuristic's plan is not feasible.  ``start``:
+    a first choice per edge (e.g. a rounded LP solution; None, or a choice not allowed,
+    takes the cheapest choice in isolation), repaired the same way."""
     choices: list[Decision] = []
     for e in problem.edges:
         allowed = allowed_choices(problem, e, restrictions)
         if not allowed:
             return None
+        first = start[e.index] if start is not None else None
+        if first is not None and first in allowed:
+            choices.append(first)
+            continue
         priced = [(p, i, c) for i, c in enumerate(allowed)
                   if (p := _isolated_price(problem, e, c)) is not None]
         choices.append(min(priced)[2] if priced else allowed[-1])

@@ -971,8 +971,9 @@ def _solver(time_limit_s: float, workers: int, seed: int = 0) -> cp_model.CpSolv
 
 def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
           progress: Progress | None = None, deadline: float | None = None,
-          fallback: Assignment | None = None) -> SolveResult:
-    """Minimize estimated time; among equal optima, return one fixed plan.
+          fallback: Assignment | None = None, tie_break: bool = True) -> SolveResult:
+    """Minimize estimated time; among equal optima, return one fixed plan (unless
+    ``tie_break`` is False: the optimum found first).
 
     The objective is ``W × cost + preference`` with ``W`` larger than any preference
     sum, so the cost is minimized first and, among equal-cost plans, the preference
@@ -1025,6 +1026,9 @@ def solve(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     if status != cp_model.OPTIMAL:
         return SolveResult("feasible", decode(bm, solver), best + offset, bound + offset,
                            seconds)
+    if not tie_break:
+        return SolveResult("optimal", decode(bm, solver), best + offset, bound + offset,
+                           seconds, False)
     until = time.perf_counter() + max(1.0, time_limit_s)
     assignment, canonical = _tie_break(bm, terms, value, solver, workers,
                                        deadline=until if deadline is None

@@ -54,6 +54,7 @@ def test_large_problems_compute_the_fallback_before_the_search(monkeypatch) -> N
         return real(*a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(planner_mod, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_mod, "_MIN_LP_S", 1e9)  # no LP: test_lp_relaxation.py
     monkeypatch.setattr(planner_mod, "fallback_assignment", early)
     monkeypatch.setattr(model, "fallback_assignment", late)
     hints: list[int] = []
@@ -84,6 +85,7 @@ def test_a_large_problem_without_time_to_search_answers_with_the_heuristic(monke
 
     monkeypatch.setattr(planner_mod, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_mod, "_MIN_LARGE_SEARCH_S", 1e9)
+    monkeypatch.setattr(planner_mod, "_MIN_LP_S", 1e9)  # no LP: test_lp_relaxation.py
     monkeypatch.setattr(planner_mod, "solve", no_search)
     target = CatalogRegistry().get("x86-avx2")
     kernel = load_bench("solve").synthetic_kernel(100)

@@ -1,0 +1,269 @@
+"""The LP relaxation of a CP-SAT planning model, solved with HiGHS (ortools' model
+builder): a lower bound for a plan the search did not prove, and fractional choices a
+heuristic can round.
+
+The rows are read from the model's proto (:func:`rows`), each replaced by a linear
+inequality that every 0/1 solution of it satisfies, so the LP's optimum cannot exceed the
+model's: ``linear`` rows as they are (their domain's hull), ``bool_or`` as a sum of
+literals at least one, ``exactly_one``/``at_most_one`` as a sum equal to / at most one,
+``bool_and`` as one row ``l >= e1 + ... + ek - (k - 1)`` per literal ``l`` (``e``: the
+enforcement literals), ``bool_or`` with enforcement as ``sum(l) >= sum(e) - (k - 1)``.
+Enforced ``linear`` rows, ``lin_max`` and any other kind are dropped (fewer rows: still a
+relaxation).  Variables keep the hull of their domain.  The objective is the model's
+cost terms (:attr:`~planner.solve.model.BuiltModel.cost`, exact, not the search's scaled
+one) plus the problem's constant, so :attr:`Relaxation.bound` is a lower bound on what
+every plan pays (the ceiling of the optimum less a relative tolerance for HiGHS's own,
+costs being whole numbers; only when HiGHS reports the LP optimal).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.linear_solver.python import model_builder as mb
+from ortools.sat import cp_model_pb2
+from ortools.sat.python import cp_model
+
+from planner.plan.decisions import Decision
+from planner.solve.costs import VIRTUAL, Assignment, total
+from planner.solve.model import BuiltModel
+
+#: The LP optimum is lowered by this share of itself (at least of one) before its
+#: ceiling (plans cost whole ns) is the bound: HiGHS's tolerances are ~1e-7 relative.
+_TOLERANCE = 1e-6
+_INT = 2**62  # beyond this a domain end is unbounded
+
+
+@dataclass(frozen=True, slots=True)
+class Relaxation:
+    """An LP optimum of a model: ``bound`` (ns, the problem's constant included, a lower
+    bound on every plan's objective) and ``values`` (per proto variable index)."""
+
+    bound: int
+    values: np.ndarray
+    seconds: float
+
+
+def _proto(bm: BuiltModel) -> cp_model_pb2.CpModelProto | None:
+    """The model as a protobuf message (one binary round trip through a file: reading
+    the pybind proto field by field is several times slower)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.pb")
+        if not bm.model.export_to_file(path):
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+    proto = cp_model_pb2.CpModelProto()
+    proto.ParseFromString(data)
+    return proto
+
+
+def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                    np.ndarray, np.ndarray, int]:
+    """The relaxation's rows as (row of each nonzero, variable, coefficient, row lower
+    bounds, row upper bounds, rows); see the module docstring."""
+    # literal rows: a flat literal list, each row's length, and its right-hand side
+    # before negated literals are moved over (sum of literal terms >= lo, <= hi)
+    lits: list[int] = []
+    signs: list[float] = []  # +1 for a literal of the row, -1 for an enforcement literal
+    lengths: list[int] = []
+    lit_lo: list[float] = []
+    lit_hi: list[float] = []
+    # linear rows
+    lin_vars: list[int] = []
+    lin_coeffs: list[float] = []
+    lin_len: list[int] = []
+    lin_lo: list[float] = []
+    lin_hi: list[float] = []
+    inf = math.inf
+    for c in proto.constraints:
+        kind = c.WhichOneof("constraint")
+        enforce = c.enforcement_literal
+        if kind == "linear":
+            if enforce:
+                continue  # dropped: still a relaxation
+            lin = c.linear
+            lin_vars.extend(lin.vars)
+            lin_coeffs.extend(lin.coeffs)
+            lin_len.append(len(lin.vars))
+            d = lin.domain
+            lin_lo.append(d[0] if d[0] > -_INT else -inf)
+            lin_hi.append(d[-1] if d[-1] < _INT else inf)
+        elif kind == "bool_or" or kind == "bool_and":
+            k = len(enforce)
+            group = c.bool_or.literals if kind == "bool_or" else c.bool_and.literals
+            members = [list(group)] if kind == "bool_or" else [[lit] for lit in group]
+            for m in members:
+                lits.extend(m)
+                signs.extend([1.0] * len(m))
+                lits.extend(enforce)
+                signs.extend([-1.0] * k)
+                lengths.append(len(m) + k)
+                lit_lo.append(1.0 - k)
+                lit_hi.append(inf)
+        elif kind == "exactly_one" or kind == "at_most_one":
+            if enforce:
+                continue
+            group = getattr(c, kind).literals
+            lits.extend(group)
+            signs.extend([1.0] * len(group))
+            lengths.append(len(group))
+            lit_lo.append(1.0 if kind == "exactly_one" else -inf)
+            lit_hi.append(1.0)
+        # lin_max and other kinds: dropped
+    n_lin = len(lin_len)
+    n_lit = len(lengths)
+    # linear part
+    lin_row = np.repeat(np.arange(n_lin), np.asarray(lin_len, dtype=np.int64))
+    lin_v = np.asarray(lin_vars, dtype=np.int64)
+    lin_c = np.asarray(lin_coeffs, dtype=np.float64)
+    # literal part: literal l >= 0 is x_l, l < 0 is 1 - x_{-l-1}
+    lit_row = np.repeat(np.arange(n_lit), np.asarray(lengths, dtype=np.int64)) + n_lin
+    la = np.asarray(lits, dtype=np.int64)
+    sa = np.asarray(signs, dtype=np.float64)
+    neg = la < 0
+    lit_v = np.where(neg, -la - 1, la)
+    lit_c = np.where(neg, -sa, sa)
+    moved = np.bincount(lit_row[neg] - n_lin, weights=sa[neg], minlength=n_lit)
+    lo = np.concatenate([np.asarray(lin_lo, dtype=np.float64),
+                         np.asarray(lit_lo, dtype=np.float64) - moved])
+    hi = np.concatenate([np.asarray(lin_hi, dtype=np.float64),
+                         np.asarray(lit_hi, dtype=np.float64) - moved])
+    return (np.concatenate([lin_row, lit_row]), np.concatenate([lin_v, lit_v]),
+            np.concatenate([lin_c, lit_c]), lo, hi, n_lin + n_lit)
+
+
+def relax(bm: BuiltModel, time_limit_s: float = 60.0) -> Relaxation | None:
+    """Solve the LP relaxation of ``bm`` (see the module docstring); None when HiGHS does
+    not prove an optimum within ``time_limit_s`` (or is not available)."""
+    start = time.perf_counter()
+    solver = mb.Solver("highs")
+    if not solver.solver_is_supported():
+        return None
+    proto = _proto(bm)
+    if proto is None:
+        return None
+    n = len(proto.variables)
+    lower = np.fromiter((v.domain[0] for v in proto.variables), np.float64, n)
+    upper = np.fromiter((v.domain[-1] for v in proto.variables), np.float64, n)
+    objective = np.zeros(n)
+    offset = total(bm.problem.constant)
+    for lit, cost in bm.cost:
+        i = lit.Index()
+        if i >= 0:
+            objective[i] += cost
+        else:  # cost x (1 - x_i)
+            objective[-i - 1] -= cost
+            offset += cost
+    row, var, coeff, lo, hi, count = rows(proto)
+    model = mb.Model()
+    _load(model, lower, upper, objective, row, var, coeff, lo, hi, count)
+    left = time_limit_s - (time.perf_counter() - start)
+    if left <= 0:
+        return None
+    solver.set_time_limit_in_seconds(left)
+    status = solver.solve(model)
+    if status != mb.SolveStatus.OPTIMAL:
+        return None
+    value = solver.objective_value + offset
+    # every plan's cost is an integer at least the LP's true optimum
+    bound = math.ceil(value - _TOLERANCE * max(1.0, abs(value)))
+    values = np.asarray(solver.values(model.get_variables()), dtype=np.float64)
+    return Relaxation(bound, values, time.perf_counter() - start)
+
+
+def rounded_choices(bm: BuiltModel, relaxation: Relaxation) -> list[Decision | None]:
+    """Each edge's choice of largest LP value (the first such in the model's order)."""
+    best: list[tuple[float, Decision | None]] = [(-1.0, None)] * len(bm.problem.edges)
+    values = relaxation.values
+    for (e, c), lit in bm.x.items():
+        val = float(values[lit.Index()])
+        if val > best[e][0]:
+            best[e] = (val, c)
+    return [c for _, c in best]
+
+
+
+def _load(model: mb.Model, lower: np.ndarray, upper: np.ndarray, objective: np.ndarray,
+          row: np.ndarray, var: np.ndarray, coeff: np.ndarray, lo: np.ndarray,
+          hi: np.ndarray, count: int) -> None:
+    """Fill ``model`` in one call from a sparse matrix where scipy is installed, else row
+    by row."""
+    helper = model.helper
+    try:
+        from scipy import sparse
+    except ImportError:
+        sparse = None
+    if sparse is not None:
+        matrix = sparse.csr_matrix((coeff, (row, var)), shape=(count, len(lower)))
+        helper.fill_model_from_sparse_data(lower, upper, objective, lo, hi, matrix)
+        return
+    variables = [model.new_var(float(a), float(b), False, None)
+                 for a, b in zip(lower.tolist(), upper.tolist(), strict=True)]
+    for v, c in zip(variables, objective.tolist(), strict=True):
+        if c:
+            helper.set_var_objective_coefficient(v.index, c)
+    order = np.argsort(row, kind="stable")
+    var, coeff = var[order].tolist(), coeff[order].tolist()
+    ends = np.cumsum(np.bincount(row, minlength=count)).tolist()
+    begin = 0
+    for r, end in enumerate(ends):
+        ct = helper.add_linear_constraint()
+        helper.set_constraint_lower_bound(ct, float(lo[r]))
+        helper.set_constraint_upper_bound(ct, float(hi[r]))
+        helper.add_terms_to_constraint(ct, [variables[j] for j in var[begin:end]],
+                                       coeff[begin:end])
+        begin = end
+
+
+#: An LP value this close to 1 counts as integral (:func:`fix_integral`).
+_INTEGRAL = 1e-6
+
+
+def fix_integral(bm: BuiltModel, relaxation: Relaxation,
+                 plan: Assignment | None = None) -> int:
+    """Restrict ``bm`` to the LP's integral choices: every edge choice other than
+    virtual whose LP value is 1 is fixed; with ``plan`` (the heuristic's, started from
+    :func:`rounded_choices`), a virtual one too where ``plan`` kept it (register
+    capacity, which the LP relaxes most, is decided by the virtual ones: those the
+    heuristic moved stay free).  What the restricted model finds is a plan of the whole
+    problem, but its bound and any optimality it proves are not the whole problem's.  A
+    heuristic plan that starts from :func:`rounded_choices` (and repairs only virtual
+    edges) satisfies the restriction, so it stays a valid hint.  Returns the number of
+    choices fixed."""
+    values = relaxation.values
+    fixed = 0
+    for (e, c), lit in bm.x.items():
+        if values[lit.Index()] > 1 - _INTEGRAL and (
+                c is not VIRTUAL or (plan is not None and plan.choices[e] is c)):
+            bm.model.add(lit == 1)
+            fixed += 1
+    return fixed
+
+
+def complete_hint(bm: BuiltModel, time_limit_s: float, workers: int) -> bool:
+    """Extend the model's hint (decisions only, :func:`planner.solve.model.add_hint`) to
+    every variable: a search with the hinted variables fixed and no objective fills in
+    the holding, product and guard literals, so the search that follows starts from the
+    hinted plan (CP-SAT otherwise found worse plans than it in seconds on 10,000 edges).
+    False (the hint unchanged) when that search finds nothing in ``time_limit_s``."""
+    proto = bm.model.Proto()
+    if not len(proto.solution_hint.vars) or proto.has_objective():
+        return False
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    if solver.Solve(bm.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return False
+    solution = list(solver.ResponseProto().solution)
+    bm.model.clear_hints()
+    hint = bm.model.Proto().solution_hint
+    hint.vars.extend(range(len(solution)))
+    hint.values.extend(solution)
+    return True

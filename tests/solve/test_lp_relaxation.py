@@ -1,0 +1,199 @@
+"""The LP relaxation (:mod:`planner.solve.lp`): a true lower bound, and the plans built
+from it are feasible.
+
+The bound must never exceed an optimum (exhaustive enumeration, or CP-SAT's proof); the
+rows of each constraint kind are checked on hand-made models whose LP optimum is known;
+the LP-guided heuristic's plan must pass the reference evaluator; and a large problem's
+plan (the path taken from :data:`planner.solve.planner._EARLY_FALLBACK_EDGES` edges,
+lowered here) reports the LP's bound, never above the proved optimum.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from ortools.sat.python import cp_model
+from planning_support import bindings, exhaustive_optimum, kernel, small_dag, target
+
+import planner.solve.planner as planner_module
+from planner.solve import Policy, Status, plan_kernel
+from planner.solve.baselines import greedy_assignment
+from planner.solve.bounds import relaxed_bound
+from planner.solve.costs import VIRTUAL, build_problem, evaluate, total
+from planner.solve.lp import complete_hint, fix_integral, relax, rounded_choices
+from planner.solve.model import add_hint, build_model, decode, solve
+
+CASES = [("softmax", "x86-avx2"), ("gemm", "apple-m2"), ("manual_gemm", "nvidia-h100"),
+         ("layernorm", "x86-avx2"), ("attention", "apple-m2")]
+
+
+def _toy(build, costs):  # type: ignore[no-untyped-def]
+    """A stand-in BuiltModel: ``build(model)`` returns the literals ``costs`` prices."""
+    m = cp_model.CpModel()
+    lits = build(m)
+    return SimpleNamespace(model=m, cost=list(zip(lits, costs, strict=True)),
+                           problem=SimpleNamespace(constant=()))
+
+
+@pytest.mark.parametrize(("name", "target_name"), CASES, ids=[f"{n}-{t}" for n, t in CASES])
+def test_bound_is_below_the_proved_optimum(name: str, target_name: str) -> None:
+    problem = build_problem(kernel(name), target(target_name), bindings(name))
+    bm = build_model(problem)
+    relaxation = relax(bm)
+    assert relaxation is not None
+    result = solve(build_model(problem), time_limit_s=30)
+    assert result.status == "optimal"
+    assert total(problem.constant) <= relaxation.bound <= result.objective
+    # not weaker than the capacity-free relaxation on these kernels (measured, with
+    # the model's LP cuts)
+    assert relaxation.bound >= relaxed_bound(problem) - 1
+
+
+@pytest.mark.parametrize("seed", [2, 4, 5, 6])
+def test_bound_is_below_the_exhaustive_optimum(seed: int) -> None:
+    problem = build_problem(small_dag(seed, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    best, _ = exhaustive_optimum(problem)
+    relaxation = relax(build_model(problem))
+    assert best is not None and relaxation is not None
+    assert total(problem.constant) <= relaxation.bound <= best
+
+
+def test_literal_rows_have_their_lp_optimum() -> None:
+    # bool_or(a, b): min a + b is 1; exactly_one(c, d) with d costing 3: c = 1, 0;
+    # bool_or(~e, f) (f >= e) with e worth -2 and f costing 5: e = f = 0 (cost 0);
+    # bool_and(g) enforced by h, g costing 1, h worth -4: h = g = 1 (cost -3)
+    def build(m):  # type: ignore[no-untyped-def]
+        a, b, c, d, e, f, g, h = (m.new_bool_var(n) for n in "abcdefgh")
+        m.add_bool_or([a, b])
+        m.add_exactly_one([c, d])
+        m.add_bool_or([e.Not(), f])
+        m.add_bool_and([g]).only_enforce_if(h)
+        return [a, b, d, e, f, g, h]
+
+    relaxation = relax(_toy(build, [1, 1, 3, -2, 5, 1, -4]))  # type: ignore[arg-type]
+    assert relaxation is not None
+    assert relaxation.bound == -2  # LP optimum 1 + 0 + 0 - 3
+
+
+def test_enforced_linear_rows_are_dropped_not_misread() -> None:
+    # x + y >= 2 enforced by z (dropped: valid), x + y <= 1 kept: min -(x + y) is -1
+    def build(m):  # type: ignore[no-untyped-def]
+        x, y, z = (m.new_bool_var(n) for n in "xyz")
+        m.add(x + y >= 2).only_enforce_if(z)
+        m.add(x + y <= 1)
+        m.add_at_most_one([x, z.Not()])
+        return [x, y, z]
+
+    relaxation = relax(_toy(build, [-1, -1, 0]))  # type: ignore[arg-type]
+    assert relaxation is not None
+    assert relaxation.bound == -1
+
+
+@pytest.mark.parametrize(("name", "target_name"), CASES, ids=[f"{n}-{t}" for n, t in CASES])
+def test_rounded_plan_is_feasible_and_admitted_by_the_residual(name: str,
+                                                               target_name: str) -> None:
+    problem = build_problem(kernel(name), target(target_name), bindings(name),
+                            Policy.DEFAULT)
+    bm = build_model(problem)
+    relaxation = relax(bm)
+    assert relaxation is not None
+    start = rounded_choices(bm, relaxation)
+    plan = greedy_assignment(problem, {}, start)
+    assert plan is not None
+    ev = evaluate(problem, plan, {})
+    assert ev.feasible, ev.violations[:3]
+    assert ev.objective >= relaxation.bound
+    # the heuristic repairs virtual edges only: every fixed choice is kept
+    kept = [i for i, c in enumerate(start) if c is not None and c is not VIRTUAL]
+    assert all(plan.choices[i] is start[i] for i in kept)
+    fix_integral(bm, relaxation)
+    residual = solve(bm, time_limit_s=10, tie_break=False)
+    assert residual.assignment is not None
+    again = evaluate(problem, residual.assignment, {})
+    assert again.feasible and again.objective <= ev.objective
+
+
+def test_large_problem_path_reports_the_lp_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "attention"
+    proved = plan_kernel(kernel(name), target("apple-m2"), bindings(name), time_limit_s=30)
+    assert proved.status is Status.OPTIMAL
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 0.0)
+    plan = plan_kernel(kernel(name), target("apple-m2"), bindings(name), time_limit_s=30)
+    assert plan.status is Status.FEASIBLE  # the residual's proof is not the problem's
+    assert plan.objective >= proved.objective
+    assert plan.bound <= proved.objective <= plan.objective
+    assert plan.gap == pytest.approx((plan.objective - plan.bound) / plan.objective,
+                                     abs=1e-6)
+
+
+def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the LP is solved, its rounding repaired; no search: the bound is the LP's (or the
+    # capacity-free relaxation where that is higher), never above the objective
+    def no_search(*a: object, **k: object) -> object:
+        raise AssertionError("the search must not run")
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)
+    monkeypatch.setattr(planner_module, "solve", no_search)
+    problem = build_problem(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    bm = build_model(problem, cuts=False)
+    relaxation = relax(bm)
+    assert relaxation is not None
+    expected = greedy_assignment(problem, {}, rounded_choices(bm, relaxation))
+    assert expected is not None
+    plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    assert plan.status is Status.FEASIBLE
+    assert plan.objective == evaluate(problem, expected, {}).objective
+    assert plan.bound == min(max(relaxation.bound, relaxed_bound(problem)), plan.objective)
+    best, _ = exhaustive_optimum(problem)
+    assert best is not None and plan.bound <= best <= plan.objective
+
+
+def test_completed_hint_is_the_hinted_plan() -> None:
+    problem = build_problem(kernel("attention"), target("apple-m2"), bindings("attention"))
+    bm = build_model(problem)
+    relaxation = relax(bm)
+    assert relaxation is not None
+    plan = greedy_assignment(problem, {}, rounded_choices(bm, relaxation))
+    assert plan is not None
+    add_hint(bm, plan)
+    fix_integral(bm, relaxation, plan)  # the plan satisfies its own restriction
+    partial = len(bm.model.Proto().solution_hint.vars)
+    assert complete_hint(bm, 10, 1)
+    hint = bm.model.Proto().solution_hint
+    assert len(hint.vars) == len(bm.model.Proto().variables) > partial
+    values = dict(zip(hint.vars, hint.values, strict=True))
+
+    class Hinted:
+        def BooleanValue(self, lit):  # type: ignore[no-untyped-def]
+            i = lit.Index()
+            return bool(values[i]) if i >= 0 else not values[-i - 1]
+
+    assert decode(bm, Hinted()) == plan  # type: ignore[arg-type]
+
+
+def test_an_unproved_search_worse_than_its_hint_keeps_the_hint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.solve.costs import MATERIALIZED
+    from planner.solve.model import SolveResult
+
+    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    problem = build_problem(*args)
+    hint = greedy_assignment(problem, {})
+    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
+    assert hint is not None and worse is not None
+    good, bad = evaluate(problem, hint, {}).objective, evaluate(problem, worse, {}).objective
+    assert bad > good
+
+    def search(*a: object, **k: object) -> SolveResult:
+        return SolveResult("feasible", worse, bad, 0, 0.0)
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 0.0)
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 1e9)  # the plain heuristic's hint
+    monkeypatch.setattr(planner_module, "solve", search)
+    plan = plan_kernel(*args)
+    assert plan.status is Status.FEASIBLE and plan.objective == good
