@@ -70,7 +70,11 @@ both their element strides) or on a view window in place (staged with its fill w
 is an edge tile).  A staging copy ``%stage[i, j] = %src[i, j]`` that the loop program
 puts before an mma (for a column-major ``Bs``, say) is skipped and the mma packs
 ``%src`` through its strides.  The GEMM's packing scratch is allocated once per call of
-the segment function (i.e. per worker), grown on demand and freed on return.
+the segment function (i.e. per worker), grown on demand and freed on return.  A k loop
+whose iterations only accumulate one tile product of two view windows (directly or
+through such copies: the tiled GEMMs) is one mma over the whole reduction
+(:func:`~planner.lower.cpu.mma_sources.k_merge`): each panel packed once, C passed over
+once per KC block, one GEMM call per output tile instead of one per k step.
 
 Modules
 -------
@@ -179,12 +183,21 @@ class _Fn(_Mma, _Prefetch):
     # ------------------------------------------------------------------ structure
 
     def loop_stmt(self, s: lp.Loop | lp.Parallel) -> None:
+        if isinstance(s, lp.Loop):
+            self.k_loop(s, lambda: self._loop(s))
+        else:
+            self._loop(s)
+
+    def _loop(self, s: lp.Loop | lp.Parallel) -> None:
         n = self.expr(product(s.extents))
         with self.loop(c64(0), n, 1, s.label.replace(" ", "_")) as it:
             self.bind(s.vars, s.extents, it)
             self.body(s.body)
 
     def pipeline(self, s: lp.Pipeline) -> None:
+        self.k_loop(s, lambda: self._pipeline(s))
+
+    def _pipeline(self, s: lp.Pipeline) -> None:
         b = self.b
         n = self.expr(product(s.extents))
         maxlag = max(st.lag for st in s.stages)

@@ -9,9 +9,10 @@ from planner.catalog import Target
 from planner.errors import error
 from planner.lower.cpu.gemm import GemmConfig
 
-__all__ = ["MMA_WORK_SYMBOL", "CodegenConfig"]
+__all__ = ["MMA_CALLS_SYMBOL", "MMA_WORK_SYMBOL", "CodegenConfig"]
 
 MMA_WORK_SYMBOL = "planner.mma_work"
+MMA_CALLS_SYMBOL = "planner.mma_calls"
 
 _KIND = "lowering"
 
@@ -31,8 +32,12 @@ class CodegenConfig:
     reduce_unroll: int = 4  # independent accumulators of a vectorized reduction
     gemm: GemmConfig | None = None  # None: GemmConfig.for_figures(vector_width, registers)
     #: count the multiply-adds every mma runs in a module global (``MMA_WORK_SYMBOL``,
-    #: read by ``CompiledKernel.mma_work``): what tests use to bound edge-tile work
+    #: read by ``CompiledKernel.mma_work``): what tests use to bound edge-tile work; and
+    #: the mma executions (``MMA_CALLS_SYMBOL``, ``CompiledKernel.mma_calls``)
     count_work: bool = False
+    #: lower a k loop that only accumulates one tile product to one mma over the whole
+    #: reduction (``planner.lower.cpu.mma_sources.k_merge``)
+    merge_k: bool = True
     #: skip the rows of a parallel instance's tiles that no store can write
     #: (``planner.lower.cpu.rows``: row-independent chains up to an edge-masked store)
     clamp_rows: bool = True

@@ -5,11 +5,13 @@ segment call), and the copies an mma packs through instead (:mod:`.mma_sources`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import llvmlite.ir as ir
 
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym, add
-from planner.lower.cpu.config import MMA_WORK_SYMBOL
+from planner.lower.cpu.config import MMA_CALLS_SYMBOL, MMA_WORK_SYMBOL
 from planner.lower.cpu.gemm import cache_table_i64, emit_free_cache, emit_scratch_floats
 from planner.lower.cpu.llvm_helpers import (
     F32P,
@@ -22,7 +24,7 @@ from planner.lower.cpu.llvm_helpers import (
     c64,
     declare_function,
 )
-from planner.lower.cpu.mma_sources import ViewCopies, staging_forwards, view_copies
+from planner.lower.cpu.mma_sources import ViewCopies, k_merge, staging_forwards, view_copies
 from planner.lower.cpu.nests import _Nests
 from planner.lower.loops import program as lp
 
@@ -35,7 +37,7 @@ class _Mma(_Nests):
     #: The segment's pack caches (A, B; i64* tables), made on the first packed mma.
     pack_tables: tuple[ir.Value, ir.Value] | None = None
 
-    def mma(self, s: lp.Mma) -> None:
+    def mma(self, s: lp.Mma, in_place: bool = False) -> None:
         """``c (+)= a @ b`` on the part of the tile that the operands define.
 
         An edge tile runs remainder-sized work: a view operand whose fill is 0 and whose
@@ -44,13 +46,16 @@ class _Mma(_Nests):
         elements are 0 and add nothing). Elements of ``c`` outside the clamped block are
         what the full product gives them: kept when accumulating, zeroed otherwise.
         A Memory operand written only by a copy from a view is packed from the view in
-        the same way (:func:`~.mma_sources.view_copies`)."""
+        the same way (:func:`~.mma_sources.view_copies`). ``in_place``: every view
+        window of ``s`` is known to start inside its view (no staging code)."""
         m, n, k = self.expr(s.m), self.expr(s.n), self.expr(s.k)
         c_ptr, ldc, _ = self.mma_buffer(s.c)
         srcs = self.view_sources.sources if self.view_sources is not None else {}
         copies = (srcs.get((id(s), 0)), srcs.get((id(s), 1)))
-        a_ptr, rsa, csa, a_rows, a_cols, a_keep = self.mma_operand(s.a, m, k, copies[0])
-        b_ptr, rsb, csb, b_rows, b_cols, b_keep = self.mma_operand(s.b, k, n, copies[1])
+        a_ptr, rsa, csa, a_rows, a_cols, a_keep = self.mma_operand(s.a, m, k, copies[0],
+                                                                    in_place)
+        b_ptr, rsb, csb, b_rows, b_cols, b_keep = self.mma_operand(s.b, k, n, copies[1],
+                                                                    in_place)
         b = self.b
         zeros = [self.zeros.get((id(s), o.buffer, o.version))
                  if isinstance(o, lp.MmaBuf) and cp is None else None
@@ -73,6 +78,7 @@ class _Mma(_Nests):
         work = b.mul(b.mul(me, ne), ke)
         if self.cg.config.count_work:
             b.atomic_rmw("add", self.work_counter(), work, "monotonic")
+            b.atomic_rmw("add", self.work_counter(MMA_CALLS_SYMBOL), c64(1), "monotonic")
         small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
         unit = b.and_(b.icmp_signed("==", csa, c64(1)), b.icmp_signed("==", csb, c64(1)))
         with b.if_else(b.and_(small, unit)) as (then, other):
@@ -88,13 +94,34 @@ class _Mma(_Nests):
                                 scratch, b.select(a_keep, atab, null),
                                 b.select(b_keep, btab, null)])
 
-    def work_counter(self) -> ir.GlobalVariable:
-        """The module's multiply-add counter (``CodegenConfig.count_work``)."""
+    def work_counter(self, name: str = MMA_WORK_SYMBOL) -> ir.GlobalVariable:
+        """The module's multiply-add counter, or (``MMA_CALLS_SYMBOL``) its counter of
+        mma executions (``CodegenConfig.count_work``)."""
         mod = self.cg.module
-        if MMA_WORK_SYMBOL not in mod.globals:
-            g = ir.GlobalVariable(mod, I64, MMA_WORK_SYMBOL)
+        if name not in mod.globals:
+            g = ir.GlobalVariable(mod, I64, name)
             g.initializer = c64(0)
-        return mod.globals[MMA_WORK_SYMBOL]
+        return mod.globals[name]
+
+    def k_loop(self, s: lp.Loop | lp.Pipeline, emit: Callable[[], None]) -> None:
+        """A loop (``emit``s it) or, when its iterations only accumulate one tile
+        product over k (:func:`~.mma_sources.k_merge`), the one mma over the whole
+        reduction where its merged windows start inside their views, else the loop."""
+        got = k_merge(s, self.cg.program, self.view_sources) \
+            if self.cg.config.merge_k and self.view_sources is not None else None
+        if got is None:
+            emit()
+            return
+        b = self.b
+        inside: ir.Value = ir.Constant(I1, 1)
+        for win in got.windows:
+            for off in win.offsets:
+                inside = b.and_(inside, b.icmp_signed(">=", self.expr(off), c64(0)))
+        with b.if_else(inside, likely=True) as (then, other):
+            with then:
+                self.mma(got.mma, in_place=True)
+            with other:
+                emit()
 
     def gemm_scratch(self, n: ir.Value) -> ir.Value:
         """Packing scratch for an mma with ``n`` columns: one buffer per call of the
@@ -165,17 +192,29 @@ class _Mma(_Nests):
                 self.expr(strides[1]))
 
     def mma_operand(self, o: lp.MmaBuf | lp.MmaView, rows: ir.Value, cols: ir.Value,
-                    copy: lp.Nest | None = None
+                    copy: lp.Nest | None = None, in_place: bool = False
                     ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
         """Pointer, row stride and column stride (elements) of an mma operand of
         ``rows`` × ``cols``, the rows and columns of it that the product must read
         (all of them, except for a clamped view window: see :meth:`mma`), and an i1:
         whether the operand is read in place from a read-only view (its packed blocks
         may be kept across instances: :meth:`pack_caches`). ``copy``: the view copy that
-        wrote the operand's Memory, read from its view instead."""
+        wrote the operand's Memory, read from its view instead. ``in_place``: a view
+        window (fill 0) known to start inside the view."""
         if isinstance(o, lp.MmaBuf) and copy is None:
             return (*self.mma_buffer(o), rows, cols, ir.Constant(I1, 0))
         b = self.b
+        if in_place and isinstance(o, lp.MmaView) and copy is None and o.fill == 0.0:
+            win = o.window
+            shape = self.cg.program.param(win.view).shape
+            offs = [self.expr(x) for x in win.offsets]
+            valid = [_smax(b, c64(0), _smin(b, n, b.sub(self.expr(e), x)))
+                     for n, e, x in zip((rows, cols), shape, offs, strict=True)]
+            ptr = b.gep(self.view_ptr(win.view), [self.expr(self.view_offset(win.view,
+                                                                             win.offsets))])
+            readonly = int(self.cg.program.param(win.view).readonly)
+            return (ptr, self.env[self.cg.stride_sym(win.view, 0)], c64(1), valid[0],
+                    valid[1], ir.Constant(I1, readonly))
         if copy is not None:
             win, fill = copy.value.window, copy.value.fill  # type: ignore[attr-defined]
         else:

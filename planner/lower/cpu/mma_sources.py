@@ -6,15 +6,38 @@ strides, so a copy whose only reader is an mma is a pass over the data for nothi
 * a **staging copy** ``%stage[i, j] = %src[i, j]`` of a whole operand, just before the
   mma that reads ``%stage`` (a column-major ``Bs``, say): the mma packs ``%src``
   (:func:`staging_forwards`, per statement list);
-* a **view copy** into an explicit Memory ``%As<v>[i, j] = A[o0 + i, o1 + j]`` of a
-  window of a read-only view (the whole window, or the rows of it that
-  :func:`~.rows.clamp_rows` keeps), where that copy is the Memory's only write and
+* a **view copy** into an explicit Memory (or a materialized tile)
+  ``%As<v>[i, j] = A[o0 + i, o1 + j]`` of a window of a read-only view (the whole
+  window, or the part of it from its corner that :func:`~.rows.clamp_rows` and
+  :func:`~.zero_tiles.clamp_zero_tiles` keep), where that copy is the buffer's only write and
   mmas of the same iteration, reading what it wrote, are its only reads (the manual
   GEMM's ``As``/``Bs``): the mma
   packs the window straight from the view, clamped to what the view holds when the fill
   is 0 (:func:`view_copies`, over a segment). The view never changes, so the window read
   at the mma is what the copy would have stored; a window that does not start inside the
   view (or runs past it with another fill) is copied as before, then packed.
+
+A **k loop** of tile products is lowered to one packed GEMM over the whole reduction
+(:func:`k_merge`). The loop program of a tiled GEMM accumulates an output tile over the
+k steps of a loop (or pipeline) whose iteration only multiplies one window of A by one
+window of B into the accumulator::
+
+    loop k_tiles: %t < E
+      mma [m x k] @ [k x n]: %acc += A[o_m +: m, k*%t + o_a +: k] @ B[k*%t + o_b +: k, o_n +: n]
+
+(the windows read in place, or through the copies above). Each step is one call of the
+packed GEMM, which packs its k × n panel of B and m × k block of A and loads and stores
+the tile of C, its KC blocking never spanning more than one step. :func:`k_merge`
+recognises that shape from the loop program, whatever kernel it comes from, and gives
+the one mma doing the whole loop's work, ``%acc += A[o_m +: m, o_a +: E*k] @
+B[o_b +: E*k, o_n +: n]``: the GEMM packs each panel once, accumulates KC-deep blocks in
+registers and passes over C once per KC block instead of once per step. Every window
+has fill 0, so the steps' windows past the view add nothing, and the merged windows
+(clamped to the view by the mma) cover exactly the steps' elements in the view (the
+steps tile ``[o, o + E*k)`` along k without gaps: the coefficient of ``%t`` is ``k``);
+only the rounding order changes. The emitter (:meth:`~.mma._Mma.k_loop`) runs the merged
+mma where both merged windows start inside their views (the in-place case of every
+step), else the loop as the program has it.
 """
 
 from __future__ import annotations
@@ -23,7 +46,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from planner.ir.dtypes import DType
-from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add
+from planner.ir.expr import Apply, Const, Expr, ExprOp, Sym, add, mul
+from planner.lower.cpu.index_exprs import _coeff
 from planner.lower.loops import program as lp
 
 #: A statement's place: its container (a statement list or a pipeline) and its order
@@ -37,6 +61,67 @@ class ViewCopies:
 
     skip: frozenset[int] = frozenset()  # ids of the copy nests
     sources: dict[tuple[int, int], lp.Nest] = field(default_factory=dict)  # (id(mma), 0|1)
+
+
+@dataclass(frozen=True)
+class KMerge:
+    """The mma doing a whole k loop's work (both operands view windows, fill 0)."""
+
+    mma: lp.Mma
+
+    @property
+    def windows(self) -> tuple[lp.Window, lp.Window]:
+        return (self.mma.a.window, self.mma.b.window)  # type: ignore[union-attr]
+
+
+def k_merge(s: lp.Loop | lp.Pipeline, prog: lp.LoopProgram, sources: ViewCopies
+            ) -> KMerge | None:
+    """The merged mma of ``s`` (see the module docstring) when it is a loop over one
+    variable whose iterations run one accumulating mma of two view windows (fill 0,
+    tiling k with the loop variable) and otherwise only copies that mma reads through
+    (staging copies it skips, view copies it packs from the view: ``sources``),
+    barriers, notes and prefetches; else None."""
+    if len(s.vars) != 1:
+        return None
+    var = s.vars[0]
+    lists = (s.body,) if isinstance(s, lp.Loop) else tuple(st.body for st in s.stages)
+    mmas: list[lp.Mma] = []
+    for stmts in lists:
+        staged, _ = staging_forwards(stmts, prog)
+        for i, t in enumerate(stmts):
+            if isinstance(t, lp.Mma):
+                mmas.append(t)
+            elif isinstance(t, lp.Barrier | lp.Note | lp.Prefetch):
+                continue
+            elif not (type(t) is lp.Nest and (i in staged or id(t) in sources.skip)):
+                return None
+    if len(mmas) != 1:
+        return None
+    mm = mmas[0]
+    if not mm.accumulate or any(var in e.symbols() for e in (mm.m, mm.n, mm.k,
+                                                              mm.c.version)):
+        return None
+    total = mul(s.extents[0], mm.k)
+    ops: list[lp.MmaView] = []
+    for slot, o in enumerate((mm.a, mm.b)):
+        if isinstance(o, lp.MmaView):
+            win, fill = o.window, o.fill
+        else:
+            copy = sources.sources.get((id(mm), slot))
+            if copy is None:
+                return None
+            win, fill = copy.value.window, copy.value.fill  # type: ignore[attr-defined]
+        kdim = 1 - slot  # a: [m, k], b: [k, n]
+        if fill != 0.0 or len(win.offsets) != 2:
+            return None
+        off = win.offsets[kdim]
+        if _coeff(off, var) != mm.k or var in win.offsets[1 - kdim].symbols():
+            return None
+        start = off.substitute({var: Const(0)})
+        offsets = (win.offsets[0], start) if kdim == 1 else (start, win.offsets[1])
+        shape = (win.shape[0], total) if kdim == 1 else (total, win.shape[1])
+        ops.append(lp.MmaView(lp.Window(win.view, offsets, shape), 0.0, ""))
+    return KMerge(lp.Mma(mm.c, ops[0], ops[1], mm.m, mm.n, total, True))
 
 
 def staging_forwards(stmts: tuple[lp.Stmt, ...], prog: lp.LoopProgram
@@ -98,14 +183,17 @@ def view_copies(body: tuple[lp.Stmt, ...], prog: lp.LoopProgram, seg: lp.Segment
     sources: dict[tuple[int, int], lp.Nest] = {}
     for name, ws in writes.items():
         if len(ws) != 1 or name in others or not reads.get(name) \
-                or name not in seg.buffers or prog.buffer(name).role != "memory":
+                or name not in seg.buffers \
+                or prog.buffer(name).role not in ("memory", "materialized"):
             continue
         (copy, wplace), = ws
         covered = _view_copy_extents(copy, prog)
         if covered is None:
             continue
         ok = all(r.version == copy.dest.version and rplace[0] == wplace[0]  # type: ignore[union-attr]
-                 and wplace[1] < rplace[1] and covered == _dims(mm, slot)
+                 and wplace[1] < rplace[1]
+                 and all(_within(c, d) for c, d in zip(covered, _dims(mm, slot),
+                                                      strict=True))
                  for mm, slot, r, rplace in reads[name])
         if ok:
             skip.add(id(copy))

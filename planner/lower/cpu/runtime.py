@@ -63,7 +63,7 @@ from planner.ir.printer import PrintOptions, print_kernel
 from planner.lower.cpu import callgate, workpool
 from planner.lower.cpu.abi import ModuleInfo
 from planner.lower.cpu.codegen import emit_program
-from planner.lower.cpu.config import MMA_WORK_SYMBOL, CodegenConfig
+from planner.lower.cpu.config import MMA_CALLS_SYMBOL, MMA_WORK_SYMBOL, CodegenConfig
 from planner.lower.cpu.jit import (
     CompiledModule,
     TargetSpec,
@@ -80,7 +80,7 @@ __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_ca
            "host_refusal", "shutdown_workers", "worker_threads"]
 
 _INPUT = "invalid-input"
-_CODEGEN_VERSION = "cpu-5"
+_CODEGEN_VERSION = "cpu-9"
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _SEGMENT_FN = ctypes.CFUNCTYPE(None, _I64, _I64, _P, _P, _P, _P, _P, _P)
@@ -324,6 +324,12 @@ class CompiledKernel:
         """Multiply-adds the kernel's mma statements have run since it was compiled
         (only with ``CodegenConfig(count_work=True)``; else ``KeyError``)."""
         return ctypes.c_int64.from_address(self._code.module.address(MMA_WORK_SYMBOL)).value
+
+    @property
+    def mma_calls(self) -> int:
+        """How many times the kernel's mma statements have run since it was compiled
+        (only with ``CodegenConfig(count_work=True)``; else ``KeyError``)."""
+        return ctypes.c_int64.from_address(self._code.module.address(MMA_CALLS_SYMBOL)).value
 
     @property
     def runnable(self) -> bool:
