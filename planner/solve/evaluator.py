@@ -72,14 +72,41 @@ def allowed_choices(problem: Problem, e: Edge,
     return out
 
 
+# The latest evaluations, newest last: (problem, restrictions, assignment, evaluation).
+# The planner evaluates a plan more than once (the heuristic's own check, the comparison
+# with the search's plan, the plan's listing); the problem and the assignment are frozen,
+# so the same question gets the same answer.  :func:`forget_evaluations` empties it.
+_RECENT: list[tuple[Problem, Mapping[int, frozenset[Decision]], Assignment, Evaluation]] = []
+_RECENT_SIZE = 2
+
+
+def forget_evaluations() -> None:
+    """Drop the evaluations :func:`evaluate` keeps for reuse (and the problems they hold)."""
+    _RECENT.clear()
+
+
 def evaluate(problem: Problem, a: Assignment,
              restrictions: Mapping[int, frozenset[Decision]] | None = None) -> Evaluation:
     """The reference semantics: constraints checked and every cost term attributed to an edge.
 
     Value-level costs go to one of the value's edges: the home compute to its first
     preserved edge, the write (and barrier) to its first materialized edge, a stall to
-    its first preserved cross-stage edge.
+    its first preserved cross-stage edge.  The answers to the latest questions (the same
+    problem object, equal restrictions and assignment) are reused.
     """
+    r = restrictions or {}
+    for p, rr, aa, ev in reversed(_RECENT):
+        if p is problem and (aa is a or aa == a) and (rr is r or rr == r):
+            return ev
+    ev = _evaluate(problem, a, restrictions)
+    if len(_RECENT) >= _RECENT_SIZE:
+        del _RECENT[0]
+    _RECENT.append((problem, dict(r), a, ev))
+    return ev
+
+
+def _evaluate(problem: Problem, a: Assignment,
+              restrictions: Mapping[int, frozenset[Decision]] | None) -> Evaluation:
     bad: list[str] = []
     edge_terms: list[Terms] = [() for _ in problem.edges]
     for e in problem.edges:

@@ -50,11 +50,9 @@ choices are simply not created.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -88,6 +86,7 @@ from planner.solve.costs import (
 from planner.solve.dag_memo import memo_postorder
 from planner.solve.problem import OutOfTime as OutOfTime  # the planner catches it
 from planner.solve.problem import check_deadline
+from planner.solve.problem import paused_gc as paused_gc  # the planner's too
 
 Restrictions = Mapping[int, frozenset[Decision]]
 Progress = Callable[[int, int, float], None]  # (best objective, bound, seconds)
@@ -184,19 +183,6 @@ def build_model(problem: Problem, restrictions: Restrictions | None = None, *,
     """
     with paused_gc():
         return _build_model(problem, restrictions, assumptions, skip, hint, deadline, cuts)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection inside: model building allocates hundreds of
-    thousands of small objects, none of them garbage, and each collection rescans them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _build_model(problem: Problem, restrictions: Restrictions | None, assumptions: bool,

@@ -68,7 +68,7 @@ from planner.solve.costs import (
     evaluate,
     total,
 )
-from planner.solve.evaluator import Held, held_at_points
+from planner.solve.evaluator import Held, forget_evaluations, held_at_points
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.inline_depth import MAX_INLINE_DEPTH
 from planner.solve.lp import Relaxation, complete_hint, fix_integral, relax, rounded_choices
@@ -99,8 +99,11 @@ _EARLY_FALLBACK_EDGES = 5000
 _MIN_LARGE_SEARCH_S = 2.0
 # Such a problem's LP relaxation is solved only when this long is left for it (HiGHS
 # took ~4 s of ~7 s on the 10,000-edge graph, 97,000 columns and 139,000 rows, on a
-# Zen 4 core), besides this much per edge kept for the heuristic (~1.2-1.8 s there).
+# Zen 4 core), besides this much per edge kept for the heuristic (~1.2-1.8 s there);
+# below ``_LP_S_PER_EDGE`` per edge left it would not finish, and starting it anyway
+# cost the search 2-3 s of a 10 s limit for nothing.
 _MIN_LP_S = 1.0
+_LP_S_PER_EDGE = 4e-4
 _HEURISTIC_S_PER_EDGE = 2e-4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 # The residual search also keeps the LP's integral virtual choices the heuristic kept
@@ -168,11 +171,18 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
         if on_phase is not None:
             on_phase(*phases[-1])
 
-    plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s, workers,
-                        progress, bounds, phase, deadline, max_inline_depth)
-    phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
-    return dataclasses.replace(plan, phases=tuple(phases),
-                               copies=plan_copies(kernel, target, bindings, plan))
+    # One pause of the cyclic garbage collector over the whole call (the phases allocate
+    # millions of objects, none of them garbage): one collection when it ends, not one
+    # full rescan of the problem and the model after every phase.
+    with paused_gc():
+        try:
+            plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s,
+                                workers, progress, bounds, phase, deadline, max_inline_depth)
+        finally:
+            forget_evaluations()  # the reused evaluations hold the problem
+        phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
+        return dataclasses.replace(plan, phases=tuple(phases),
+                                   copies=plan_copies(kernel, target, bindings, plan))
 
 
 def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
@@ -276,7 +286,7 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
         return None, 0, None
     found = relaxation = None
     left = _left(deadline) - reserve - _HEURISTIC_S_PER_EDGE * len(problem.edges)
-    if left >= _MIN_LP_S:
+    if left >= max(_MIN_LP_S, _LP_S_PER_EDGE * len(problem.edges)):
         relaxation = relax(bm, left)
         if relaxation is not None:
             found = greedy_assignment(problem, restrictions,

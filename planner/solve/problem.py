@@ -13,9 +13,11 @@ decisions and its evaluation.  What the numbers mean is explained in
 from __future__ import annotations
 
 import dataclasses
+import gc
 import operator
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -87,6 +89,20 @@ def check_deadline(deadline: float | None) -> None:
     """Raise :class:`OutOfTime` past ``deadline`` (a ``time.perf_counter()`` instant)."""
     if deadline is not None and time.perf_counter() > deadline:
         raise OutOfTime
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside: building the problem and the model allocates
+    hundreds of thousands of small objects, none of them garbage, and each collection
+    rescans them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # --------------------------------------------------------------------------- problem data
