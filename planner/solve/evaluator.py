@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,13 +77,22 @@ def allowed_choices(problem: Problem, e: Edge,
 # The planner evaluates a plan more than once (the heuristic's own check, the comparison
 # with the search's plan, the plan's listing); the problem and the assignment are frozen,
 # so the same question gets the same answer.  :func:`forget_evaluations` empties it.
-_RECENT: list[tuple[Problem, Mapping[int, frozenset[Decision]], Assignment, Evaluation]] = []
+# Per thread: Dask workers and the server's threads plan side by side.
+_LOCAL = threading.local()
 _RECENT_SIZE = 2
+
+
+def _recent() -> list[tuple[Problem, Mapping[int, frozenset[Decision]], Assignment,
+                            Evaluation]]:
+    recent = getattr(_LOCAL, "recent", None)
+    if recent is None:
+        recent = _LOCAL.recent = []
+    return recent
 
 
 def forget_evaluations() -> None:
     """Drop the evaluations :func:`evaluate` keeps for reuse (and the problems they hold)."""
-    _RECENT.clear()
+    _recent().clear()
 
 
 def evaluate(problem: Problem, a: Assignment,
@@ -95,13 +105,14 @@ def evaluate(problem: Problem, a: Assignment,
     problem object, equal restrictions and assignment) are reused.
     """
     r = restrictions or {}
-    for p, rr, aa, ev in reversed(_RECENT):
+    recent = _recent()
+    for p, rr, aa, ev in reversed(recent):
         if p is problem and (aa is a or aa == a) and (rr is r or rr == r):
             return ev
     ev = _evaluate(problem, a, restrictions)
-    if len(_RECENT) >= _RECENT_SIZE:
-        del _RECENT[0]
-    _RECENT.append((problem, dict(r), a, ev))
+    if len(recent) >= _RECENT_SIZE:
+        del recent[0]
+    recent.append((problem, dict(r), a, ev))
     return ev
 
 
