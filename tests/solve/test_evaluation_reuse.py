@@ -28,7 +28,7 @@ def test_the_same_question_is_answered_once_and_a_different_one_afresh() -> None
     first = evaluate(problem, a, {})
     assert evaluate(problem, dataclasses.replace(a), {}) is first  # equal assignment
     i = next(i for i, c in enumerate(a.choices) if c is VIRTUAL)
-    other = dataclasses.replace(a, choices=a.choices[:i] + (MATERIALIZED,) + a.choices[i + 1:])
+    other = dataclasses.replace(a, choices=(*a.choices[:i], MATERIALIZED, *a.choices[i + 1:]))
     changed = evaluate(problem, other, {})
     assert changed is not first
     # materializing an edge the plan kept virtual writes the value: other terms or bytes
