@@ -20,6 +20,10 @@ class ModuleInfo:
     functions: tuple[str, ...]  # one per segment
     placement: tuple[str, ...]  # per buffer: stack | worker | global | kernel
     view_rank_offsets: tuple[int, ...]  # index of each view's first stride
+    #: per segment: how many contiguous pieces per thread a split call cuts it into
+    #: (1 where its mmas keep packed blocks across the instances of one call: one piece
+    #: per thread packs each block once per thread)
+    pieces: tuple[int, ...] = ()
 
 
 def placements(program: lp.LoopProgram, config: CodegenConfig) -> dict[str, str]:

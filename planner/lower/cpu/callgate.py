@@ -19,7 +19,8 @@ whose object header is larger.
 
 Context block (``int64`` words): ``[type(ndarray), nparams, nsegments, syms, strides,
 bufinfo]``, then per parameter ``[nd, id(dtype), needs_writeable, *dims, *byte_strides]``,
-then per segment to run ``[function address, instances, helper workers]``.  The gate's
+then per segment to run ``[function address, instances, helper workers, pieces per
+worker]``.  The gate's
 other arguments are the address table of the worker arenas (worker 0's first), the
 global arena and the pool block (whose word ``workpool.RUN_WORD`` holds the pool's
 run function).
@@ -148,7 +149,7 @@ pdone:
   br label %ploop
 sloop:
   %j = phi i64 [0, %ploop], [%j1, %snext]
-  %cs = phi i64 [%c, %ploop], [%cs3, %snext]
+  %cs = phi i64 [%c, %ploop], [%cs4, %snext]
   %send = icmp eq i64 %j, %ns
   br i1 %send, label %done, label %sbody
 sbody:
@@ -173,7 +174,10 @@ spool:
   %run = inttoptr i64 %run.i to i64 (i64*, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                                      i64)*
   %chunks = add i64 %helpers, 1
-  %most = mul i64 %chunks, PIECES
+  %cs3p = add i64 %cs, 3
+  %per.p = getelementptr i64, i64* %ctx, i64 %cs3p
+  %per = load i64, i64* %per.p
+  %most = mul i64 %chunks, %per
   %fewer = icmp slt i64 %n, %most
   %pieces = select i1 %fewer, i64 %n, i64 %most
   %syms.w = ptrtoint i64* %syms to i64
@@ -187,7 +191,7 @@ spool:
                          i64 %tab.w)
   br label %snext
 snext:
-  %cs3 = add i64 %cs, 3
+  %cs4 = add i64 %cs, 4
   %j1 = add i64 %j, 1
   br label %sloop
 done:
@@ -215,8 +219,7 @@ def _wrapper(n: int) -> str:
 
 def _module_text() -> str:
     text = (_GATE.replace("MAXP", str(MAX_ARITY)).replace("WRITEABLE", str(_WRITEABLE))
-            .replace("POOL_RUN", str(workpool.RUN_WORD))
-            .replace("PIECES", str(workpool.PIECES_PER_WORKER)))
+            .replace("POOL_RUN", str(workpool.RUN_WORD)))
     for key, off in _OFF.items():
         text = text.replace(f"OFF_{key.upper()}", str(off))
     return "\n".join(["; planner call gate", text,
@@ -287,14 +290,14 @@ def _build() -> Any | None:
 
 
 def context_block(arrays: Sequence[np.ndarray], writes: Sequence[bool], syms: int,
-                  strides: int, table: int, segments: Sequence[tuple[int, int, int]]
+                  strides: int, table: int, segments: Sequence[tuple[int, int, int, int]]
                   ) -> np.ndarray:
     """The gate's context block for a call with exactly these arrays (see the module
-    docstring); ``segments`` are (function address, instances, helper workers) of the
-    segments to run (0 helpers: inline on the calling thread)."""
+    docstring); ``segments`` are (function address, instances, helper workers, pieces
+    per worker) of the segments to run (0 helpers: inline on the calling thread)."""
     words = [id(np.ndarray), len(arrays), len(segments), syms, strides, table]
     for a, w in zip(arrays, writes, strict=True):
         words += [a.ndim, id(a.dtype), int(w), *a.shape, *a.strides]
-    for fn, n, helpers in segments:
-        words += [fn, n, helpers]
+    for fn, n, helpers, per in segments:
+        words += [fn, n, helpers, max(1, per)]
     return np.array(words, dtype=np.int64)

@@ -95,6 +95,7 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 
 from planner.ir.expr import Expr, product
+from planner.lower.cpu import workpool
 from planner.lower.cpu.abi import ModuleInfo, placements
 from planner.lower.cpu.builder import _mem_type
 from planner.lower.cpu.config import CodegenConfig
@@ -234,7 +235,7 @@ class _Module(_ModuleContext):
     """The module of a loop program: one function per segment."""
 
     def emit(self) -> ModuleInfo:
-        names = []
+        names, pieces = [], []
         fnty = ir.FunctionType(ir.VoidType(), [I64, I64, I64P, I8P.as_pointer(), I64P, I8P,
                                                I8P, I64P])
         for j, seg in enumerate(self.program.segments):
@@ -245,11 +246,13 @@ class _Module(_ModuleContext):
                                          "worker_arena", "global_arena", "bufinfo"),
                                strict=True):
                 arg.name = an
-            _Fn(self, seg, fn).emit()
+            f = _Fn(self, seg, fn)
+            f.emit()
             names.append(name)
+            pieces.append(1 if f.keeps_packs else workpool.PIECES_PER_WORKER)
         return ModuleInfo(tuple(names),
                           tuple(self.placement[b.name] for b in self.program.buffers),
-                          tuple(self.info_rank))
+                          tuple(self.info_rank), tuple(pieces))
 
 
 def emit_program(program: lp.LoopProgram, config: CodegenConfig | None = None

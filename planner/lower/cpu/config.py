@@ -9,10 +9,11 @@ from planner.catalog import Target
 from planner.errors import error
 from planner.lower.cpu.gemm import GemmConfig
 
-__all__ = ["MMA_CALLS_SYMBOL", "MMA_WORK_SYMBOL", "CodegenConfig"]
+__all__ = ["MMA_CALLS_SYMBOL", "MMA_PACKED_SYMBOL", "MMA_WORK_SYMBOL", "CodegenConfig"]
 
 MMA_WORK_SYMBOL = "planner.mma_work"
 MMA_CALLS_SYMBOL = "planner.mma_calls"
+MMA_PACKED_SYMBOL = "planner.mma_packed"
 
 _KIND = "lowering"
 
@@ -33,7 +34,9 @@ class CodegenConfig:
     gemm: GemmConfig | None = None  # None: GemmConfig.for_figures(vector_width, registers)
     #: count the multiply-adds every mma runs in a module global (``MMA_WORK_SYMBOL``,
     #: read by ``CompiledKernel.mma_work``): what tests use to bound edge-tile work; and
-    #: the mma executions (``MMA_CALLS_SYMBOL``, ``CompiledKernel.mma_calls``)
+    #: the mma executions (``MMA_CALLS_SYMBOL``, ``CompiledKernel.mma_calls``) and the
+    #: bytes of source elements the packed GEMM packs (``MMA_PACKED_SYMBOL``,
+    #: ``CompiledKernel.mma_packed``: pack-cache hits pack nothing)
     count_work: bool = False
     #: lower a k loop that only accumulates one tile product to one mma over the whole
     #: reduction (``planner.lower.cpu.mma_sources.k_merge``)

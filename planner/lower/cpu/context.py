@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 from planner.ir.expr import Expr
 from planner.lower.cpu.abi import placements
 from planner.lower.cpu.builder import _IR
-from planner.lower.cpu.config import CodegenConfig
+from planner.lower.cpu.config import MMA_PACKED_SYMBOL, CodegenConfig
 from planner.lower.cpu.gemm import GemmConfig, emit_gemm_f32_strided
 from planner.lower.cpu.small_gemm import _emit_small_gemm
 from planner.lower.loops import program as lp
@@ -49,7 +49,9 @@ class _ModuleContext:
         """The strided packed GEMM with caller-provided scratch (emitted on first use)."""
         if self._sgemm is None:
             self._sgemm = emit_gemm_f32_strided(self.module, f"{self.program.kernel}.sgemm",
-                                                config=self.gemm_config)
+                                                config=self.gemm_config,
+                                                pack_counter=MMA_PACKED_SYMBOL
+                                                if self.config.count_work else None)
         return self._sgemm
 
     def small_gemm(self) -> ir.Function:

@@ -673,7 +673,7 @@ def emit_gemm_f32_strided(
     module: ir.Module,
     name: str = "planner_sgemm_strided",
     *,
-    config: GemmConfig | None = None,
+    config: GemmConfig | None = None, pack_counter: str | None = None,
 ) -> ir.Function:
     """Add the strided GEMM with caller-provided scratch to ``module`` and return it::
 
@@ -693,10 +693,12 @@ def emit_gemm_f32_strided(
     blocks of A and panels of B are taken (:func:`_emit_cached_pack`): a caller that runs
     many tile products on the same read-only operands packs each block once per table
     lifetime instead of once per product. ``name`` is ``name_cached`` with null tables.
+    ``pack_counter``: the name of an i64 module global that every packing adds the bytes
+    of the source elements it packs to (a cache hit adds nothing).
     """
     cfg = config if config is not None else GemmConfig.for_target()
     pack_a, pack_b, macro, zero = _emit_pieces(module, name, cfg)
-    core = _emit_core(module, name, cfg, pack_a, pack_b, macro)
+    core = _emit_core(module, name, cfg, pack_a, pack_b, macro, pack_counter)
     i64p = I64.as_pointer()
     base = [I64, I64, I64, F32P, I64, I64, F32P, I64, I64, F32P, I64, I32, F32P]
     names = ("M", "N", "K", "A", "rsa", "csa", "B", "rsb", "csb", "C", "ldc", "accumulate",
@@ -735,7 +737,7 @@ def emit_scratch_floats(b: ir.IRBuilder, cfg: GemmConfig, n: ir.Value) -> ir.Val
 
 def _emit_core(
     module: ir.Module, name: str, cfg: GemmConfig, pack_a: ir.Function,
-    pack_b: ir.Function, macro: ir.Function,
+    pack_b: ir.Function, macro: ir.Function, pack_counter: str | None = None,
 ) -> ir.Function:
     """``core(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, acc, Bbuf, Abuf)``: the jc → pc →
     ic loops on M, N, K > 0 with caller-provided packing buffers (internal, inlined)."""
@@ -747,8 +749,8 @@ def _emit_core(
     )
     fn = internal(ir.Function(module, fnty, name=f"{name}.core"))
     m, n, k, a, rsa, csa, bm, rsb, csb, c, ldc, acc, bbuf, abuf, atab, btab = fn.args
-    get_a = _emit_cached_pack(module, name, cfg, pack_a, "a")
-    get_b = _emit_cached_pack(module, name, cfg, pack_b, "b")
+    get_a = _emit_cached_pack(module, name, cfg, pack_a, "a", pack_counter)
+    get_b = _emit_cached_pack(module, name, cfg, pack_b, "b", pack_counter)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     acc_nz = b.icmp_signed("!=", acc, ir.Constant(I32, 0))
     with loop(b, c64(0), n, cfg.nc, "jc") as jc:
@@ -771,7 +773,7 @@ def _emit_core(
 
 
 def _emit_cached_pack(module: ir.Module, name: str, cfg: GemmConfig, pack: ir.Function,
-                      which: str) -> ir.Function:
+                      which: str, counter: str | None = None) -> ir.Function:
     """``float* get(i64* table, i64 d0, i64 d1, float* src, i64 rs, i64 cs,
     float* fallback)``: the packed block ``pack(d0, d1, src, rs, cs, ·)`` (``pack_a``:
     d0 × d1 = mc × kc; ``pack_b``: kc × nc).
@@ -784,7 +786,8 @@ def _emit_cached_pack(module: ir.Module, name: str, cfg: GemmConfig, pack: ir.Fu
     size, at least one) is repacked,
     its buffer grown (aligned_alloc; a failure traps) when too small. Only for sources
     that no one writes while the table lives (the caller's promise): the key stands for
-    the contents. :func:`emit_free_cache` frees the buffers."""
+    the contents. :func:`emit_free_cache` frees the buffers. ``counter``: an i64 module
+    global (made when missing) that each packing adds ``4 * d0 * d1`` to."""
     i64p = I64.as_pointer()
     fnty = ir.FunctionType(F32P, [i64p, I64, I64, F32P, I64, I64, F32P])
     fn = internal(ir.Function(module, fnty, name=f"{name}.cached_{which}"), inline=False)
@@ -869,6 +872,12 @@ def _emit_cached_pack(module: ir.Module, name: str, cfg: GemmConfig, pack: ir.Fu
     dst = b.phi(F32P)
     dst.add_incoming(fallback, entry)
     dst.add_incoming(dst_miss, miss_end)
+    if counter is not None:
+        if counter not in module.globals:
+            g = ir.GlobalVariable(module, I64, counter)
+            g.initializer = c64(0)
+        b.atomic_rmw("add", module.globals[counter], b.mul(b.mul(d0, d1), c64(4)),
+                     "monotonic")
     b.call(pack, [d0, d1, src, rs, cs, dst])
     b.ret(dst)
     return fn

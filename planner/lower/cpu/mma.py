@@ -36,6 +36,10 @@ class _Mma(_Nests):
     view_sources: ViewCopies | None = None
     #: The segment's pack caches (A, B; i64* tables), made on the first packed mma.
     pack_tables: tuple[ir.Value, ir.Value] | None = None
+    #: Whether a packed mma of the segment may keep packed blocks of a read-only view
+    #: across instances (its tile not statically small): the runtime then splits the
+    #: segment into one contiguous piece per thread (``ModuleInfo.pieces``).
+    keeps_packs: bool = False
 
     def mma(self, s: lp.Mma, in_place: bool = False) -> None:
         """``c (+)= a @ b`` on the part of the tile that the operands define.
@@ -80,6 +84,12 @@ class _Mma(_Nests):
             b.atomic_rmw("add", self.work_counter(), work, "monotonic")
             b.atomic_rmw("add", self.work_counter(MMA_CALLS_SYMBOL), c64(1), "monotonic")
         small = b.icmp_signed("<=", work, c64(self.cg.config.small_mma))
+        dims = [d.value if isinstance(d, Const) else None for d in (s.m, s.n, s.k)]
+        static_small = None not in dims and \
+            dims[0] * dims[1] * dims[2] <= self.cg.config.small_mma  # type: ignore[operator]
+        if not static_small and not all(isinstance(x, ir.Constant) and not x.constant
+                                        for x in (a_keep, b_keep)):
+            self.keeps_packs = True
         unit = b.and_(b.icmp_signed("==", csa, c64(1)), b.icmp_signed("==", csb, c64(1)))
         with b.if_else(b.and_(small, unit)) as (then, other):
             with then:

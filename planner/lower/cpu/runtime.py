@@ -63,7 +63,12 @@ from planner.ir.printer import PrintOptions, print_kernel
 from planner.lower.cpu import callgate, workpool
 from planner.lower.cpu.abi import ModuleInfo
 from planner.lower.cpu.codegen import emit_program
-from planner.lower.cpu.config import MMA_CALLS_SYMBOL, MMA_WORK_SYMBOL, CodegenConfig
+from planner.lower.cpu.config import (
+    MMA_CALLS_SYMBOL,
+    MMA_PACKED_SYMBOL,
+    MMA_WORK_SYMBOL,
+    CodegenConfig,
+)
 from planner.lower.cpu.jit import (
     CompiledModule,
     TargetSpec,
@@ -80,7 +85,7 @@ __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_ca
            "host_refusal", "shutdown_workers", "worker_threads"]
 
 _INPUT = "invalid-input"
-_CODEGEN_VERSION = "cpu-9"
+_CODEGEN_VERSION = "cpu-10"
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _SEGMENT_FN = ctypes.CFUNCTYPE(None, _I64, _I64, _P, _P, _P, _P, _P, _P)
@@ -290,6 +295,8 @@ class CompiledKernel:
                       else None)
         self._fn_addrs = ([code.module.address(n) for n in code.info.functions]
                           if code.refusal is None and code.functions else [])
+        self._pieces = (code.info.pieces if len(code.info.pieces) == len(code.info.functions)
+                        else (workpool.PIECES_PER_WORKER,) * len(code.info.functions))
         self._fasts: dict[tuple[object, ...], _FastCall] = {}
         self._last: _FastCall | None = None
         # (arena table address, arenas, bytes of each, global arena address, its bytes)
@@ -330,6 +337,14 @@ class CompiledKernel:
         """How many times the kernel's mma statements have run since it was compiled
         (only with ``CodegenConfig(count_work=True)``; else ``KeyError``)."""
         return ctypes.c_int64.from_address(self._code.module.address(MMA_CALLS_SYMBOL)).value
+
+    @property
+    def mma_packed(self) -> int:
+        """Bytes of source elements the packed GEMM of the kernel's mma statements has
+        packed since it was compiled (pack-cache hits pack nothing; only with
+        ``CodegenConfig(count_work=True)`` and a packed mma; else ``KeyError``)."""
+        return ctypes.c_int64.from_address(
+            self._code.module.address(MMA_PACKED_SYMBOL)).value
 
     @property
     def runnable(self) -> bool:
@@ -479,8 +494,9 @@ class CompiledKernel:
         worker, glob, table = self._layout(env, tuple(int(v) for v in syms))
         given = {k for k, _ in key[0]}
         objs = [arrays[p.name] for p in prog.params]
-        segs = [(fn, n, min(threads, n) - 1 if s is True else 0)
-                for fn, n, s in zip(self._fn_addrs, prep[3], prep[6], strict=True) if n > 0]
+        segs = [(fn, n, min(threads, n) - 1 if s is True else 0, per)
+                for fn, n, s, per in zip(self._fn_addrs, prep[3], prep[6], self._pieces,
+                                         strict=True) if n > 0]
         ctx = callgate.context_block(objs, [not p.readonly for p in prog.params],
                                      _addr(syms), _addr(strides), _addr(table), segs)
         fast = _FastCall(
@@ -491,7 +507,7 @@ class CompiledKernel:
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
             key=key, prep=prep, retime=threads > 1 and any(n > 1 for n in prep[3]),
             worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
-            threads=threads, helpers=max((h for _, _, h in segs), default=0),
+            threads=threads, helpers=max((h for _, _, h, _ in segs), default=0),
             keep=(syms, strides, table, tuple(a.dtype for a in objs)))
         if len(self._fasts) > 64:
             self._fasts.clear()
@@ -630,8 +646,8 @@ class CompiledKernel:
                 table_of = _address_table(arenas)
             base = (syms_at, ctypes.addressof(views), strides_at)
             tail = (_addr(garena), table)
-            for i, (fn, addr, n) in enumerate(zip(self._code.functions, self._fn_addrs,
-                                                  counts, strict=True)):
+            for i, (fn, addr, n, per) in enumerate(zip(self._code.functions, self._fn_addrs,
+                                                       counts, self._pieces, strict=True)):
                 if n <= 0:
                     continue
                 chunks = min(threads, n)
@@ -645,21 +661,22 @@ class CompiledKernel:
                         apart = trial.split_next()
                         t0 = time.perf_counter()
                         helped = _run_segment(fn, addr, n, chunks if apart else 1, base,
-                                              arenas, table_of, tail)
+                                              arenas, table_of, tail, per)
                         split[i] = trial.record(apart, time.perf_counter() - t0, helped)
                         continue
-                _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail)
+                _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail, per)
         finally:
             if reuse:
                 self._arena_lock.release()
 
 
 def _run_segment(fn: Any, addr: int, n: int, chunks: int, base: tuple[int, ...],
-                 arenas: list[np.ndarray], arena_table: np.ndarray, tail: tuple[int, ...]
-                 ) -> bool:
+                 arenas: list[np.ndarray], arena_table: np.ndarray, tail: tuple[int, ...],
+                 per: int = workpool.PIECES_PER_WORKER) -> bool:
     """Instances ``[0, n)`` of the segment (ctypes function ``fn`` at ``addr``) run by
-    ``chunks`` threads, the calling one included: up to
-    :data:`~planner.lower.cpu.workpool.PIECES_PER_WORKER` contiguous pieces per thread,
+    ``chunks`` threads, the calling one included: up to ``per`` (the segment's
+    ``ModuleInfo.pieces``, else :data:`~planner.lower.cpu.workpool.PIECES_PER_WORKER`)
+    contiguous pieces per thread,
     taken in order as they finish (edge instances cost what they compute, so equal
     counts are not equal work), by the native pool (:mod:`planner.lower.cpu.workpool`).
     ``arena_table`` holds the addresses of ``arenas``.  Whether another thread took a
@@ -670,7 +687,8 @@ def _run_segment(fn: Any, addr: int, n: int, chunks: int, base: tuple[int, ...],
     if chunks == 1:
         alone()
         return False
-    return workpool.shared_pool().run(addr, n, chunks, base, _addr(arena_table), tail, alone)
+    return workpool.shared_pool().run(addr, n, chunks, base, _addr(arena_table), tail, alone,
+                                      per)
 
 
 @dataclass(slots=True)

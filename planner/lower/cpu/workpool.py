@@ -333,9 +333,11 @@ class WorkPool:
         self._busy.release()
 
     def run(self, fn: int, n: int, chunks: int, base: tuple[int, int, int],
-            arenas: int, tail: tuple[int, int], alone: Any) -> bool:
+            arenas: int, tail: tuple[int, int], alone: Any,
+            per_worker: int = PIECES_PER_WORKER) -> bool:
         """Run instances ``[0, n)`` of the segment function at address ``fn`` on up to
-        ``chunks`` threads (the caller is one); ``arenas`` is the address of an
+        ``chunks`` threads (the caller is one), in up to ``per_worker`` contiguous pieces
+        per thread; ``arenas`` is the address of an
         ``int64`` array of at least ``chunks`` worker arenas.  When the pool is busy,
         ``alone()`` runs the whole segment on the calling thread instead.  Whether a
         worker took a piece (False: the caller ran everything itself)."""
@@ -343,7 +345,7 @@ class WorkPool:
             alone()
             return False
         try:
-            pieces = min(n, chunks * PIECES_PER_WORKER)
+            pieces = min(n, chunks * max(1, per_worker))
             mine = self._run(self._addr, fn, n, pieces, chunks - 1, *base, arenas, *tail)
         finally:
             self.leave()
