@@ -14,7 +14,8 @@ import bisect
 import dataclasses
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from planner.plan.decisions import Decision, register_copy_name
@@ -73,26 +74,26 @@ def allowed_choices(problem: Problem, e: Edge,
     return out
 
 
-# The latest evaluations, newest last: (problem, restrictions, assignment, evaluation).
-# The planner evaluates a plan more than once (the heuristic's own check, the comparison
-# with the search's plan, the plan's listing); the problem and the assignment are frozen,
-# so the same question gets the same answer.  :func:`forget_evaluations` empties it.
-# Per thread: Dask workers and the server's threads plan side by side.
+# Inside :func:`reusing_evaluations` (one planning call), the latest evaluations, newest
+# last: (problem, restrictions, assignment, evaluation).  The planner evaluates a plan
+# more than once (the repair's own check, the comparison with the search's plan, the
+# plan's listing); the problem and the assignment are frozen, so the same question gets
+# the same answer.  Per thread: Dask workers and the server's threads plan side by side.
 _LOCAL = threading.local()
 _RECENT_SIZE = 2
 
 
-def _recent() -> list[tuple[Problem, Mapping[int, frozenset[Decision]], Assignment,
-                            Evaluation]]:
-    recent = getattr(_LOCAL, "recent", None)
-    if recent is None:
-        recent = _LOCAL.recent = []
-    return recent
-
-
-def forget_evaluations() -> None:
-    """Drop the evaluations :func:`evaluate` keeps for reuse (and the problems they hold)."""
-    _recent().clear()
+@contextmanager
+def reusing_evaluations() -> Iterator[None]:
+    """Within the block, :func:`evaluate` answers a repeated question (the same problem
+    object, equal assignment and restrictions) from its latest answers; nothing is kept
+    after it."""
+    outer = getattr(_LOCAL, "recent", None)
+    _LOCAL.recent = outer if outer is not None else []
+    try:
+        yield
+    finally:
+        _LOCAL.recent = outer
 
 
 def evaluate(problem: Problem, a: Assignment,
@@ -101,11 +102,13 @@ def evaluate(problem: Problem, a: Assignment,
 
     Value-level costs go to one of the value's edges: the home compute to its first
     preserved edge, the write (and barrier) to its first materialized edge, a stall to
-    its first preserved cross-stage edge.  The answers to the latest questions (the same
-    problem object, equal restrictions and assignment) are reused.
+    its first preserved cross-stage edge.  Inside :func:`reusing_evaluations` the answers
+    to the latest questions are reused.
     """
+    recent = getattr(_LOCAL, "recent", None)
+    if recent is None:
+        return _evaluate(problem, a, restrictions)
     r = restrictions or {}
-    recent = _recent()
     for p, rr, aa, ev in reversed(recent):
         if p is problem and (aa is a or aa == a) and (rr is r or rr == r):
             return ev

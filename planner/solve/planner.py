@@ -68,7 +68,7 @@ from planner.solve.costs import (
     evaluate,
     total,
 )
-from planner.solve.evaluator import Held, forget_evaluations, held_at_points
+from planner.solve.evaluator import Held, held_at_points, reusing_evaluations
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.inline_depth import MAX_INLINE_DEPTH
 from planner.solve.lp import Relaxation, complete_hint, fix_integral, relax, rounded_choices
@@ -106,9 +106,6 @@ _MIN_LP_S = 1.0
 _LP_S_PER_EDGE = 4e-4
 _HEURISTIC_S_PER_EDGE = 2e-4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
-# The residual search also keeps the LP's integral virtual choices the heuristic kept
-# (10,000 edges, 30 s limit: 552k ns against 573k when they are left free; noisy).
-_FIX_KEPT_VIRTUAL = True
 
 Progress = Callable[[int, int, float], None]
 E = TypeVar("E", bound=Enum)
@@ -171,15 +168,11 @@ def plan_kernel(kernel: Kernel, target: Target, bindings: Mapping[str, int] | No
         if on_phase is not None:
             on_phase(*phases[-1])
 
-    # One pause of the cyclic garbage collector over the whole call (the phases allocate
-    # millions of objects, none of them garbage): one collection when it ends, not one
-    # full rescan of the problem and the model after every phase.
-    with paused_gc():
-        try:
-            plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s,
-                                workers, progress, bounds, phase, deadline, max_inline_depth)
-        finally:
-            forget_evaluations()  # the reused evaluations hold the problem
+    # The evaluator's answers are reused inside this call only (the heuristic's plan is
+    # evaluated by the repair, compared with the search's and listed in the plan).
+    with reusing_evaluations():
+        plan = _plan_phases(kernel, target, bindings, policy, baseline, time_limit_s,
+                            workers, progress, bounds, phase, deadline, max_inline_depth)
         phase("evaluate" if plan.status is not Status.INFEASIBLE else "explain")
         return dataclasses.replace(plan, phases=tuple(phases),
                                    copies=plan_copies(kernel, target, bindings, plan))
@@ -227,32 +220,23 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
         # search the LP's residual (its integral choices fixed): a plan of the problem,
         # the LP's bound (the restricted model's bound and optimality are not the
         # problem's); the heuristic's plan, which the restriction admits, is the hint
-        fix_integral(bm, relaxation, early if _FIX_KEPT_VIRTUAL else None)
-        completed = complete_hint(bm, min(_COMPLETE_HINT_S, search / 4), workers)
+        fix_integral(bm, relaxation, early)
+        complete_hint(bm, min(_COMPLETE_HINT_S, search / 4), workers)
         search = max(_MIN_SEARCH_S, _left(deadline) - _EVALUATE_SHARE * time_limit_s)
         result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
                        deadline=deadline, fallback=early, tie_break=False)
         phase("solve")
-        residual = result.assignment if result.assignment is not None else early
-        # a search from the completed hint is never worse than it (the model's cost of a
-        # plan is at least the evaluator's); from a partial one it can be
-        if not completed and residual is not early and result.objective >= evaluate(
-                problem, early, restrictions).objective:
-            residual = early
-        return header.solved(residual, restrictions, False, lp_bound, result.wall_s)
+        return header.solved(_no_worse(problem, restrictions, result.assignment, early),
+                             restrictions, False, lp_bound, result.wall_s)
     result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
                    deadline=deadline, fallback=early)
     phase("solve")
     if result.assignment is not None:
-        optimal = result.status == "optimal"
-        if not optimal and early is not None and result.assignment is not early and \
-                result.objective >= evaluate(problem, early, restrictions).objective:
-            # an unproved search can end on a plan worse than its (partial) hint
-            return header.solved(early, restrictions, False, max(result.bound, lp_bound),
+        if result.status == "optimal":
+            return header.solved(result.assignment, restrictions, True, result.bound,
                                  result.wall_s)
-        return header.solved(result.assignment, restrictions, optimal,
-                             result.bound if optimal else max(result.bound, lp_bound),
-                             result.wall_s)
+        return header.solved(_no_worse(problem, restrictions, result.assignment, early),
+                             restrictions, False, max(result.bound, lp_bound), result.wall_s)
     # No solution in time: the heuristic's plan is the fallback (computed here unless the
     # problem was large enough to compute it before the search, see _EARLY_FALLBACK_EDGES).
     fallback = (early or greedy_assignment(problem, restrictions)) \
@@ -284,6 +268,13 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     heuristic's 618k, with an LP bound of 522k against the relaxation's 439k)."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return None, 0, None
+    with paused_gc():  # the repair allocates hundreds of thousands of small objects
+        return _early_plan(bm, problem, restrictions, deadline, reserve)
+
+
+def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
+                deadline: float, reserve: float
+                ) -> tuple[Assignment | None, int, Relaxation | None]:
     found = relaxation = None
     left = _left(deadline) - reserve - _HEURISTIC_S_PER_EDGE * len(problem.edges)
     if left >= max(_MIN_LP_S, _LP_S_PER_EDGE * len(problem.edges)):
@@ -298,6 +289,20 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     if found is not None:
         add_hint(bm, found)
     return found, bound, relaxation
+
+
+def _no_worse(problem: Problem, restrictions: Mapping[int, frozenset],
+              found: Assignment | None, early: Assignment | None) -> Assignment | None:
+    """An unproved search's plan, or the heuristic's where that costs no more, by the
+    evaluator's objective: a search can end on a plan worse than its hint, and the
+    model's cost of a plan (rounded up, a completed hint's other literals) can exceed
+    the evaluator's."""
+    if found is None or early is None or found is early:
+        return found or early
+    if evaluate(problem, found, restrictions).objective >= evaluate(
+            problem, early, restrictions).objective:
+        return early
+    return found
 
 
 def _left(deadline: float) -> float:

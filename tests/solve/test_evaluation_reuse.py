@@ -1,4 +1,5 @@
-"""evaluate reuses its latest answers only for the same question, per thread."""
+"""evaluate reuses its latest answers only for the same question, inside
+reusing_evaluations and per thread."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from planner.catalog import CatalogRegistry
 from planner.solve.baselines import greedy_assignment
 from planner.solve.build import build_problem
 from planner.solve.costs import MATERIALIZED, VIRTUAL, evaluate
-from planner.solve.evaluator import forget_evaluations
+from planner.solve.evaluator import reusing_evaluations
 from tests.bench_modules import load_bench
 
 
@@ -24,8 +25,15 @@ def _problem_and_plan():
 
 def test_the_same_question_is_answered_once_and_a_different_one_afresh() -> None:
     problem, a = _problem_and_plan()
-    forget_evaluations()
-    first = evaluate(problem, a, {})
+    with reusing_evaluations():
+        first = evaluate(problem, a, {})
+        _same_question_reused(problem, a, first)
+    assert evaluate(problem, a, {}) is not first  # outside the block: evaluated again
+    assert evaluate(problem, a, {}) is not evaluate(problem, a, {})
+    assert evaluate(problem, a, {}).edge_terms == first.edge_terms
+
+
+def _same_question_reused(problem, a, first) -> None:
     assert evaluate(problem, dataclasses.replace(a), {}) is first  # equal assignment
     i = next(i for i, c in enumerate(a.choices) if c is VIRTUAL)
     other = dataclasses.replace(a, choices=(*a.choices[:i], MATERIALIZED, *a.choices[i + 1:]))
@@ -33,18 +41,20 @@ def test_the_same_question_is_answered_once_and_a_different_one_afresh() -> None
     assert changed is not first
     # materializing an edge the plan kept virtual writes the value: other terms or bytes
     assert (changed.edge_terms, changed.occupancy) != (first.edge_terms, first.occupancy)
-    forget_evaluations()
-    assert evaluate(problem, a, {}) is not first  # forgotten: evaluated again
-    assert evaluate(problem, a, {}).edge_terms == first.edge_terms
 
 
 def test_another_thread_does_not_see_this_threads_answers() -> None:
     problem, a = _problem_and_plan()
-    forget_evaluations()
-    mine = evaluate(problem, a, {})
     theirs: list[object] = []
-    t = threading.Thread(target=lambda: theirs.append(evaluate(problem, a, {})))
-    t.start()
-    t.join()
-    assert theirs[0] is not mine
-    assert evaluate(problem, a, {}) is mine
+
+    def other_thread() -> None:
+        with reusing_evaluations():
+            theirs.append(evaluate(problem, a, {}))
+
+    with reusing_evaluations():
+        mine = evaluate(problem, a, {})
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        assert theirs[0] is not mine
+        assert evaluate(problem, a, {}) is mine

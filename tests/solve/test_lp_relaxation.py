@@ -197,3 +197,38 @@ def test_an_unproved_search_worse_than_its_hint_keeps_the_hint(
     monkeypatch.setattr(planner_module, "solve", search)
     plan = plan_kernel(*args)
     assert plan.status is Status.FEASIBLE and plan.objective == good
+
+
+def test_a_better_search_plan_wins_whatever_cost_the_model_gives_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # plans are compared by the evaluator's objective: the model's cost of a plan
+    # (rounded up, a completed hint's free literals) can exceed it
+    from planner.solve.costs import MATERIALIZED
+    from planner.solve.model import SolveResult
+
+    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    problem = build_problem(*args)
+    better = greedy_assignment(problem, {})
+    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
+    assert better is not None and worse is not None
+    good, bad = evaluate(problem, better, {}).objective, evaluate(problem, worse, {}).objective
+    assert bad > good
+
+    def search(*a: object, **k: object) -> SolveResult:
+        return SolveResult("feasible", better, bad + 1000, 0, 0.0)
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 0.0)
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 1e9)
+    monkeypatch.setattr(planner_module, "fallback_assignment", lambda *a, **k: worse)
+    monkeypatch.setattr(planner_module, "solve", search)
+    plan = plan_kernel(*args)
+    assert plan.status is Status.FEASIBLE and plan.objective == good
+
+
+def test_highs_writes_nothing_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    # the JSON command line writes its answer to the same stdout
+    problem = build_problem(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    assert relax(build_model(problem)) is not None
+    out, _ = capfd.readouterr()
+    assert out == ""
