@@ -6,34 +6,41 @@ The objective is a sum of per-variable terms, so the optimum of the whole model 
 union of its parts' optima, and its lower bound the sum of their bounds.  The lexicographic
 tie-break of :func:`planner.solve.model.tiebreak_order` decomposes too: the greatest
 optimum of a product of parts is the product of each part's greatest optimum over the
-order restricted to it.  Solving parts one by one therefore gives the same plan as the
-whole model, while each search and each optimality proof only sees its own part (CP-SAT
-proves many small bounds much faster than their sum).
+order restricted to it.  Each search and each optimality proof then only sees its own part
+(CP-SAT proves many small bounds much faster than their sum).
 
-:func:`split` walks the model once (union-find over variable indices) and copies every
-part's variables and constraints into a fresh model, remapping indices.  Small parts are
+:func:`split` walks the model once (connected components over variable indices) and
+copies every part's constraints into a fresh model: with all the variables and their
+indices for a few parts, remapping indices for many.  Small parts are
 batched into one model, so a kernel of many tiny independent pieces costs a few searches,
 not thousands.
 
-The planner uses the parts for the tie-break only (:func:`tie_break_parts`, called by
-:func:`planner.solve.model._tie_break`): the search for the optimum stays on the whole
-model, where CP-SAT shares one time budget among the parts by itself.  Splitting the
-search too (:func:`solve_parts`) must guess each part's share up front: on the
-1,000-edge synthetic graph of ``bench/solve.py`` (two large parts) a part that used up
-its share left the other too little (gaps of 0.8 % and 70 % in two runs of 8 s, against
-0.8-1.1 % for the whole model), and on 200 independent softmaxes it was no faster.  The
-tie-break's proof, on the other hand, went from 5.6 s (not finished in 11 s for 200
-softmaxes) to a few milliseconds per part.
+The planner searches by parts (:func:`solve_parts`) below the size where it starts
+from the heuristic and the LP (:data:`planner.solve.planner._EARLY_FALLBACK_EDGES`):
+each part with one deterministic CP-SAT worker, ``workers`` parts at a time on threads.
+On the 1,000-edge synthetic graph of ``bench/solve.py`` (two large parts, 7,739 and
+2,649 variables) the two searches prove their optima in 1.1 s and 0.7 s side by side,
+against 4.6 s for the whole model on two workers and then 4-6 s per round of the
+lexicographic tie-break.  One worker's search is deterministic, so a part it proves needs
+no tie-break to be canonical.  :func:`tie_break_parts` tie-breaks a whole-model optimum
+part by part (:func:`planner.solve.model._tie_break`): one small proof per part instead
+of one proof over everything; on 200 independent softmaxes that went from 5.6 s (not
+finished in 11 s) to a few milliseconds per part.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+from ortools.sat import cp_model_pb2
 from ortools.sat.python import cp_model
+from scipy import sparse
+from scipy.sparse.csgraph import connected_components
 
 from planner.errors import Diagnostic, PlannerError
 from planner.solve.costs import Assignment, evaluate, total
@@ -48,6 +55,7 @@ from planner.solve.model import (
     objective_terms,
     tiebreak_order,
 )
+from planner.solve.proto import model_message
 
 #: Components are batched into parts of at least this many variables (fewer searches).
 BATCH_VARS = 2000
@@ -55,6 +63,8 @@ BATCH_VARS = 2000
 #: ``TIE_BATCH_VARS`` (one CP-SAT call costs ~1 ms whatever its size).
 TIE_SMALL_VARS = 64
 TIE_BATCH_VARS = 1000
+#: Up to this many parts keep the whole model's variable indices (no renumbering).
+FEW_PARTS = 8
 #: Models with fewer variables are solved whole: splitting cannot pay for itself there.
 MIN_SPLIT_VARS = 2 * BATCH_VARS
 
@@ -85,28 +95,22 @@ def _map(index: dict[int, int], lits: Sequence[int]) -> list[int]:
     return [index[v] if v >= 0 else -index[-v - 1] - 1 for v in lits]
 
 
-def _mentions(c: object) -> list[int] | None:
+def _mentions(c: cp_model_pb2.ConstraintProto) -> list[int] | None:
     """The variable indices constraint ``c`` mentions; None for a kind not handled."""
-    enforce = list(c.enforcement_literal)  # type: ignore[attr-defined]
-    for kind in _LITERAL_KINDS:
-        if getattr(c, "has_" + kind)():
-            return enforce + list(getattr(c, kind).literals)
-    if c.has_linear():  # type: ignore[attr-defined]
-        return enforce + list(c.linear.vars)  # type: ignore[attr-defined]
-    if c.has_lin_max():  # type: ignore[attr-defined]
-        lm = c.lin_max  # type: ignore[attr-defined]
-        out = enforce + list(lm.target.vars)
-        for e in lm.exprs:
+    enforce = list(c.enforcement_literal)
+    kind = c.WhichOneof("constraint")
+    if kind is None:
+        return enforce
+    if kind in _LITERAL_KINDS:
+        return enforce + list(getattr(c, kind).literals)
+    if kind == "linear":
+        return enforce + list(c.linear.vars)
+    if kind == "lin_max":
+        out = enforce + list(c.lin_max.target.vars)
+        for e in c.lin_max.exprs:
             out += list(e.vars)
         return out
     return None
-
-
-def _find(parent: list[int], a: int) -> int:
-    while parent[a] != a:
-        parent[a] = parent[parent[a]]
-        a = parent[a]
-    return a
 
 
 def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
@@ -116,32 +120,41 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
     coefficient) split among them, its solution hint too; None when it is one part (or
     has fewer than ``min_vars`` variables, or assumptions, or a constraint kind this
     module does not copy).  Components of fewer than ``small`` variables (default
-    ``batch``) share parts, each filled until it has ``batch`` variables."""
+    ``batch``) share parts, each filled until it has ``batch`` variables.  Up to
+    :data:`FEW_PARTS` parts keep the whole model's variable indices (every part holds
+    every variable, the others unconstrained and out of the objective, which presolve
+    drops at once); more parts are renumbered."""
     small = batch if small is None else small
     proto = model.Proto()
     n = len(proto.variables)
     if n < min_vars or proto.assumptions or len(proto.search_strategy):
         return None
-    parent = list(range(n))
+    message = model_message(model)
+    if message is None:
+        return None
     mentions: list[list[int]] = []
-    for c in proto.constraints:
+    heads: list[int] = []
+    tails: list[int] = []
+    for c in message.constraints:
         vs = _mentions(c)
         if vs is None:
             return None
         mentions.append(vs)
         if len(vs) > 1:
-            root = _find(parent, _var(vs[0]))
+            head = _var(vs[0])
             for lit in vs[1:]:
-                other = _find(parent, _var(lit))
-                if other != root:
-                    parent[other] = root
-    roots = [_find(parent, i) for i in range(n)]
+                heads.append(head)
+                tails.append(_var(lit))
+    links = sparse.coo_matrix((np.ones(len(heads), dtype=np.int8), (heads, tails)),
+                              shape=(n, n)).tocsr()
+    count, labels = connected_components(links, directed=False)
+    if count == 1:
+        return None
+    roots = labels.tolist()
     size: dict[int, int] = {}
     for r in roots:
         size[r] = size.get(r, 0) + 1
-    if len(size) == 1:
-        return None
-    group: dict[int, int] = {}  # component root -> part number, in first-variable order
+    group: dict[int, int] = {}  # component -> part number, in first-variable order
     filled: list[int] = []
     last_small = False  # the last part holds small components (more may join it)
     for r in roots:
@@ -158,16 +171,26 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
         return None
     models = [cp_model.CpModel() for _ in filled]
     index: list[dict[int, int]] = [{} for _ in filled]
+    whole = len(filled) <= FEW_PARTS
     for i, r in enumerate(roots):
         p = group[r]
-        index[p][i] = len(index[p])
-        models[p].Proto().variables.add().copy_from(proto.variables[i])
-    for c, vs in zip(proto.constraints, mentions, strict=True):
-        p = group[roots[_var(vs[0])]] if vs else 0  # a constant one: any part checks it
-        nc = models[p].Proto().constraints.add()
-        nc.copy_from(c)
-        _remap(nc, index[p])
-    hint = proto.solution_hint
+        index[p][i] = i if whole else len(index[p])
+        if not whole:
+            models[p].Proto().variables.add().copy_from(proto.variables[i])
+    owned: list[list[int]] = [[] for _ in filled]
+    for j, vs in enumerate(mentions):
+        owned[group[roots[_var(vs[0])]] if vs else 0].append(j)  # a constant one: any part
+    constraints = proto.constraints
+    for p, m in enumerate(models):
+        if whole:
+            m.Proto().variables.extend(proto.variables)
+            m.Proto().constraints.extend([constraints[j] for j in owned[p]])
+            continue
+        for j in owned[p]:
+            nc = m.Proto().constraints.add()
+            nc.copy_from(constraints[j])
+            _remap(nc, index[p])
+    hint = message.solution_hint
     for v, value in zip(hint.vars, hint.values, strict=True):
         p = group[roots[v]]
         models[p].Proto().solution_hint.vars.append(index[p][v])
@@ -177,11 +200,11 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
         i = lit.Index()
         p = group[roots[_var(i)]]
         parts_terms[p].append((_map(index[p], [i])[0], coeff))
-    count = [0] * len(filled)
+    components = [0] * len(filled)
     for r in group:
-        count[group[r]] += 1
-    return [Part(m, ix, tuple(t), k) for m, ix, t, k in zip(models, index, parts_terms, count,
-                                                            strict=True)]
+        components[group[r]] += 1
+    return [Part(m, ix, tuple(t), k)
+            for m, ix, t, k in zip(models, index, parts_terms, components, strict=True)]
 
 
 def _remap(c: object, index: dict[int, int]) -> None:
@@ -302,47 +325,76 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     """:func:`planner.solve.model.solve` part by part (:func:`split`); None when the
     model is one part.
 
-    Each part's search gets the time left in proportion to its variables (what an early
-    part leaves goes to the later ones); the result is optimal only when every part is
-    proved optimal, and its bound is the sum of the parts' bounds.  Proven parts then go
-    through the tie-break, each within what is left of ``max(1, time_limit_s)``.  A part
-    without a solution makes the whole plan the heuristic's, against the parts' bounds.
-    ``progress`` is called once, with the final objective and bound.
+    Each part is searched by one CP-SAT worker (``linearization_level`` 2, seed 0:
+    :func:`planner.solve.model._solver`), ``workers`` parts at a time on threads
+    (CP-SAT releases the GIL), largest first.  One worker's search is deterministic, so
+    a part proved optimal in that first search has one answer whatever the worker
+    count, the thread timing or the time limit: the plan is canonical without the
+    lexicographic tie-break, whose proofs cost several times the search (3 rounds of
+    4-6 s against a 1.1 s search on the 7,739-variable part of the 1,000-edge synthetic
+    graph of ``bench/solve.py``).  The canonical plan is this search's, not
+    :func:`~planner.solve.model.tiebreak_order`'s greatest optimum: both minimize the
+    same objective (cost, then preference) and differ only among exact ties.
+
+    A first pass gives each part the time left in proportion to its variables, times
+    the threads (two parts on two threads each get it all); parts it leaves unproved get
+    what is left in a second pass, hinted with their first solution (no longer
+    canonical: a time-limited search depends on timing).  The result is optimal only when
+    every part is, and its bound is the sum of the parts' bounds.  A part without a
+    solution makes the whole plan the heuristic's, against the parts' bounds; an
+    infeasible part makes the model infeasible.  ``progress`` is called once, with the
+    final objective and bound.
     """
     start = time.perf_counter()
+    end = start + time_limit_s if deadline is None else min(start + time_limit_s, deadline)
     terms, weight, scale = objective_terms(bm)
     parts = split(bm.model, terms, batch, min_vars)
     if parts is None:
         return None
-    offset = total(bm.problem.constant)
-    end = start + time_limit_s
-    joint = _Joint(len(bm.model.Proto().variables))
-    left_vars = sum(len(p.index) for p in parts)
-    found: list[tuple[Part, list[tuple[cp_model.IntVar, int]], cp_model.CpSolver, int]] = []
-    value = bound = 0
-    optimal = solved = True
     for part in parts:
-        own = [(_literal(part, i), c) for i, c in part.terms]
-        part.model.Minimize(sum(c * lit for lit, c in own))
-        share = max(0.05, (end - time.perf_counter()) * len(part.index) / left_vars)
-        left_vars -= len(part.index)
-        solver = _solver(share, workers)
-        status = solver.Solve(part.model)
+        part.model.Minimize(sum(c * _literal(part, i) for i, c in part.terms))
+    offset = total(bm.problem.constant)
+    threads = max(1, min(workers, len(parts)))
+    all_vars = sum(len(p.index) for p in parts)
+    largest_first = sorted(range(len(parts)), key=lambda i: -len(parts[i].index))
+    searches: list[tuple[int, cp_model.CpSolver | None]] = [(cp_model.UNKNOWN, None)] \
+        * len(parts)
+
+    def search(i: int, share: float) -> None:
+        left = end - time.perf_counter()
+        if left <= 0.01:
+            return
+        solver = _solver(min(left, share), 1)
+        status = solver.Solve(parts[i].model)
         if status == cp_model.MODEL_INVALID:
             raise PlannerError(Diagnostic("internal error: CP-SAT rejected a part of the "
                                           "planning model: "
-                                          + part.model.Validate()[:500]), kind="internal")
-        if status == cp_model.INFEASIBLE:
-            return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
-        b = solver.BestObjectiveBound()
+                                          + parts[i].model.Validate()[:500]), kind="internal")
+        searches[i] = (status, solver)
+
+    first = end - start
+    _run(threads, [(search, (i, first * min(1.0, threads * len(parts[i].index) / all_vars)))
+                   for i in largest_first])
+    canonical = all(status == cp_model.OPTIMAL for status, _ in searches)
+    again = [i for i in largest_first if searches[i][0] in (cp_model.FEASIBLE, cp_model.UNKNOWN)]
+    for i in again:
+        status, solver = searches[i]
+        if status == cp_model.FEASIBLE and solver is not None:
+            _hint(parts[i].model, solver)
+    _run(threads, [(search, (i, math.inf)) for i in again])
+    if any(status == cp_model.INFEASIBLE for status, _ in searches):
+        return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
+    value = bound = 0
+    solved = True
+    joint = _Joint(len(bm.model.Proto().variables))
+    for part, (status, solver) in zip(parts, searches, strict=True):
+        b = solver.BestObjectiveBound() if solver is not None else math.nan
         bound += max(0, round(b)) if math.isfinite(b) else 0
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            solved = optimal = False
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver is None:
+            solved = False
             continue
-        optimal = optimal and status == cp_model.OPTIMAL
         value += round(solver.ObjectiveValue())
         joint.take(part, solver)
-        found.append((part, own, solver, round(solver.ObjectiveValue())))
     low = offset + bound // weight * scale
     if not solved:
         until = time.perf_counter() + max(5.0, time_limit_s)
@@ -354,22 +406,34 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         ev = evaluate(bm.problem, fallback, bm.restrictions)
         return SolveResult("feasible", fallback, ev.objective, min(low, ev.objective),
                            time.perf_counter() - start)
+    optimal = all(status == cp_model.OPTIMAL for status, _ in searches)
     best = offset + value // weight * scale
-    canonical = False
-    if optimal:
-        until = time.perf_counter() + max(1.0, time_limit_s)
-        until = until if deadline is None else min(until, deadline)
-        order = _orders(parts, tiebreak_order(bm))
-        canonical = True
-        for part, own, solver, v in found:
-            winner, proved = lex_greatest(part.model, own, order[id(part)], v, solver,
-                                          workers, until)
-            joint.take(part, winner)
-            canonical = canonical and proved
     if progress is not None:
         progress(best, low, time.perf_counter() - start)
     return SolveResult("optimal" if optimal else "feasible", decode(bm, joint), best, low,
-                       time.perf_counter() - start, canonical)
+                       time.perf_counter() - start, optimal and canonical)
+
+
+def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:
+    """Run ``calls`` in order on ``threads`` threads (inline on one); the first error
+    raised is raised here, after every started call has returned."""
+    if threads <= 1 or len(calls) <= 1:
+        for f, args in calls:
+            f(*args)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(f, *args) for f, args in calls]
+    for future in futures:
+        future.result()
+
+
+def _hint(model: cp_model.CpModel, solver: cp_model.CpSolver) -> None:
+    """Replace ``model``'s solution hint with ``solver``'s solution of it."""
+    solution = solver.ResponseProto().solution
+    proto = model.Proto()
+    proto.clear_solution_hint()
+    proto.solution_hint.vars.extend(range(len(solution)))
+    proto.solution_hint.values.extend(solution)
 
 
 def _literal(part: Part, lit: int) -> cp_model.IntVar:

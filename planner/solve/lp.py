@@ -19,8 +19,6 @@ costs being whole numbers; only when HiGHS reports the LP optimal).
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from scipy import sparse
 from planner.plan.decisions import Decision
 from planner.solve.costs import VIRTUAL, Assignment, total
 from planner.solve.model import BuiltModel
+from planner.solve.proto import model_message
 
 #: The LP optimum is lowered by this share of itself (at least of one) before its
 #: ceiling (plans cost whole ns) is the bound: HiGHS's tolerances are ~1e-7 relative.
@@ -55,17 +54,8 @@ class Relaxation:
 
 
 def _proto(bm: BuiltModel) -> cp_model_pb2.CpModelProto | None:
-    """The model as a protobuf message (one binary round trip through a file: reading
-    the pybind proto field by field is several times slower)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.pb")
-        if not bm.model.export_to_file(path):
-            return None
-        with open(path, "rb") as f:
-            data = f.read()
-    proto = cp_model_pb2.CpModelProto()
-    proto.ParseFromString(data)
-    return proto
+    """The model as a protobuf message (:func:`planner.solve.proto.model_message`)."""
+    return model_message(bm.model)
 
 
 def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.ndarray,

@@ -68,6 +68,7 @@ from planner.solve.costs import (
     evaluate,
     total,
 )
+from planner.solve.decompose import solve_parts
 from planner.solve.evaluator import Held, held_at_points, reusing_evaluations
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.inline_depth import MAX_INLINE_DEPTH
@@ -228,8 +229,11 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
         phase("solve")
         return header.solved(_no_worse(problem, restrictions, result.assignment, early),
                              restrictions, False, lp_bound, result.wall_s)
-    result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
-                   deadline=deadline, fallback=early)
+    result = solve_parts(bm, time_limit_s=search, workers=workers, progress=progress,
+                         deadline=deadline) if early is None else None
+    if result is None:
+        result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
+                       deadline=deadline, fallback=early)
     phase("solve")
     if result.assignment is not None:
         if result.status == "optimal":
