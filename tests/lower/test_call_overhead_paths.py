@@ -191,6 +191,54 @@ def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch)
     runtime.shutdown_workers()
 
 
+def test_redecide_calls_scale_with_the_seconds_a_lost_split_costs() -> None:
+    # 0.25 s of 1-worker runs, at least 8 calls, at most 512 (the constants' own text)
+    assert runtime._redecide_calls([0.0, 0.0]) == 512  # nothing declined: the default
+    assert runtime._redecide_calls([0.023]) == 10  # 0.25 / 0.023 = 10.9
+    assert runtime._redecide_calls([0.020, 0.005]) == 10
+    assert runtime._redecide_calls([1.0]) == 8
+    assert runtime._redecide_calls([1e-5]) == 512
+
+
+def test_a_split_that_lost_is_measured_again_soon(monkeypatch) -> None:
+    # splitting never wins (gain 0): the segment stays on one worker, and that decision,
+    # unlike a won split, is measured again after _MIN_REDECIDE_CALLS steady calls
+    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
+    monkeypatch.setattr(runtime, "_SPLIT_GAIN", 0.0)
+    monkeypatch.setattr(runtime, "_REDECIDE_S", 0.0)
+    k, ck = _softmax(threads=2)
+    x = _x(64, 300, 5)
+    want = _want(k, x)
+    checked = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+
+    def prep() -> tuple:
+        (p,) = [c[4] for c in ck._calls.values()]
+        return p
+
+    def settled() -> bool:
+        p = prep()
+        return all(isinstance(st, bool) for n, st in zip(p[3], p[6], strict=True) if n > 1)
+
+    while not checked or not settled():
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+        assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
+    p = prep()
+    assert all(st is False for n, st in zip(p[3], p[6], strict=True) if n > 1)
+    assert any(t > 0 for t in p[7])  # the lost split's 1-worker seconds are kept
+    before = len(checked)
+    for _ in range(runtime._MIN_REDECIDE_CALLS):
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+    assert len(checked) == before and not settled()
+    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+    assert len(checked) == before + 1  # measuring again, on the checked path
+    runtime.shutdown_workers()
+
+
 def _child(queue) -> None:  # runs in the forked child
     x = _x(400, 3000, 3)
     k, ck = _FORK_STATE["kernel"]

@@ -417,17 +417,18 @@ class CompiledKernel:
             self._arena_lock.release()
         if fast.retime:
             fast.calls += 1
-            if fast.calls >= _REDECIDE_CALLS:
+            if fast.calls >= fast.redecide:
                 self._retime(fast)
         return {name: objs[i] for name, i in fast.outputs}
 
     def _retime(self, fast: _FastCall) -> None:
         """Forget the split decisions of ``fast``'s signature (and its fast plan): its
         next calls take the checked path and measure them again."""
-        split = fast.prep[6]
+        split, declined = fast.prep[6], fast.prep[7]
         for i, state in enumerate(split):
             if isinstance(state, bool):
                 split[i] = None
+                declined[i] = 0.0
         self._fasts.pop(fast.key, None)
         if self._last is fast:
             self._last = None
@@ -506,6 +507,7 @@ class CompiledKernel:
                          for p, a in zip(prog.params, objs, strict=True)),
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
             key=key, prep=prep, retime=threads > 1 and any(n > 1 for n in prep[3]),
+            redecide=_redecide_calls(prep[7]),
             worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
             threads=threads, helpers=max((h for _, _, h, _ in segs), default=0),
             keep=(syms, strides, table, tuple(a.dtype for a in objs)))
@@ -612,17 +614,19 @@ class CompiledKernel:
         arena sizes, the addresses of the symbol, stride and bufinfo tables, the instance
         counts per segment, and per segment whether splitting it across workers pays
         (None before its first run, then the seconds of its 1-worker runs until
-        :data:`_SPLIT_SAMPLES` are in: see ``_SPLIT_MIN_S``)."""
+        :data:`_SPLIT_SAMPLES` are in: see ``_SPLIT_MIN_S``), and per segment the fastest
+        1-worker seconds of a segment kept on one worker after a trial its split did not
+        win (0.0 otherwise: see :data:`_REDECIDE_S`)."""
         worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
         counts = [e.evaluate(env) for e in self._instances]
         split: list[Any] = [None] * len(counts)
         return (worker_size, global_size, _addr(table), counts, _addr(syms), _addr(strides),
-                split)
+                split, [0.0] * len(counts))
 
     def _execute(self, env: Mapping[str, int], syms: np.ndarray, views: Any,
                  strides: np.ndarray, threads: int,
                  prep: tuple[Any, ...] | None = None) -> None:
-        worker_size, global_size, table, counts, syms_at, strides_at, split = \
+        worker_size, global_size, table, counts, syms_at, strides_at, split, declined = \
             prep or self._prepare(env, syms, strides)
         chunks_max = max([min(threads, n) for n in counts if n > 0], default=1)
         reuse = self._arena_lock.acquire(blocking=False)
@@ -663,6 +667,8 @@ class CompiledKernel:
                         helped = _run_segment(fn, addr, n, chunks if apart else 1, base,
                                               arenas, table_of, tail, per)
                         split[i] = trial.record(apart, time.perf_counter() - t0, helped)
+                        if split[i] is False and (trial.split or trial.unjoined):
+                            declined[i] = min(trial.single)  # split lost (or never joined)
                         continue
                 _run_segment(fn, addr, n, chunks, base, arenas, table_of, tail, per)
         finally:
@@ -712,6 +718,7 @@ class _FastCall:
     prep: tuple[Any, ...] = ()  # the signature's prepared call (its split states)
     retime: bool = False  # its split decisions are measured again now and then
     calls: int = 0  # steady calls since they were made
+    redecide: int = 0  # measure them again after this many steady calls (_redecide_calls)
 
 
     def stale(self, prep: tuple[Any, ...], threads: int) -> bool:
@@ -774,6 +781,21 @@ _SPLIT_MIN_S = 20e-6
 _SPLIT_SAMPLES = 5
 _SPLIT_GAIN = 0.9
 _REDECIDE_CALLS = 512
+#: A segment kept on one worker because its split did not win is measured again after
+#: about this many seconds of such runs (at least :data:`_MIN_REDECIDE_CALLS` calls), not
+#: after 512 calls: a 23 ms GEMM whose trial ran while another library's threads held the
+#: other core ran 512 calls (12 s) at half speed before this.
+_REDECIDE_S = 0.25
+_MIN_REDECIDE_CALLS = 8
+
+
+def _redecide_calls(declined: list[float]) -> int:
+    """After how many steady calls a signature's split decisions are measured again,
+    given the 1-worker seconds of its segments whose split lost (see ``_prepare``)."""
+    lost = sum(declined)
+    if lost <= 0:
+        return _REDECIDE_CALLS
+    return min(_REDECIDE_CALLS, max(_MIN_REDECIDE_CALLS, int(_REDECIDE_S / lost)))
 
 
 @dataclass(slots=True)
