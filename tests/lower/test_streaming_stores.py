@@ -178,3 +178,47 @@ def test_streamed_results_do_not_depend_on_the_outputs_alignment(streaming: None
            for k in range(16)]
     for k, g in enumerate(got[1:], 1):
         np.testing.assert_array_equal(g, got[0], err_msg=f"misaligned by {k}")
+
+
+def test_stream_trial_alternates_and_keeps_the_faster_minimum() -> None:
+    from planner.lower.cpu.runtime import _STREAM_SAMPLES, _StreamTrial
+
+    t = _StreamTrial()
+    runs = [(True, 5.0), (False, 3.0), (True, 1.0), (False, 2.0), (True, 9.0), (False, 4.0)]
+    for i, (streamed, seconds) in enumerate(runs):
+        assert t.stream_next() is streamed  # streamed first, then taking turns
+        state = t.record(streamed, seconds)
+        assert (state is t) == (i < 2 * _STREAM_SAMPLES - 1)
+    assert state is True  # streamed min 1.0 beats plain min 2.0
+    t = _StreamTrial()
+    for streamed, seconds in runs:
+        state = t.record(not streamed, seconds)
+    assert state is False  # the same runs with the ways swapped
+
+
+def test_stream_decision_per_thread_count_drives_the_threshold_and_the_results() -> None:
+    # 8 MiB in, 8 MiB out: at the streaming floor; the trial runs on checked calls, then
+    # the fast path keeps applying the decision of its thread count to the module global
+    import ctypes
+
+    from planner.lower.cpu import runtime
+
+    n = 1 << 21
+    ck = _compiled("gelu", {"N": n})
+    at = ck._code.module.address(nests.STREAM_THRESHOLD_SYMBOL)
+    threshold = ctypes.c_int64.from_address(at)
+    x = (np.random.default_rng(5).standard_normal(n) * 3).astype(np.float32)
+    x64 = x.astype(np.float64)
+    want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    out = next(p.name for p in ck.loop_program.params if not p.readonly)
+    for _ in range(2 * runtime._STREAM_SAMPLES):
+        assert not isinstance(ck._code.stream.get(1), bool)
+        got = ck({"X": x}, threads=1, **{out: np.empty_like(x)})[out]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert isinstance(ck._code.stream.get(1), bool)  # decided after its runs
+    for decided, value in ((True, nests.STREAM_MIN_BYTES), (False, runtime._NO_STREAMING)):
+        ck._code.stream[1] = decided
+        for _ in range(3):  # checked, then fast
+            got = ck({"X": x}, threads=1, **{out: np.empty_like(x)})[out]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            assert threshold.value == value

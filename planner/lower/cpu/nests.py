@@ -7,9 +7,10 @@ of a full vector: one reciprocal per unrolled step), merged by Chan's formula af
 row.
 
 A plain nest (no reduction) whose one view store is unit-stride, in the in-bounds
-version, streams that store when the kernel's views hold at least
-:data:`STREAM_MIN_BYTES` together (checked per row at run time, with the destination's
-alignment): plain stores up to its first cache line, whole lines of aligned
+version, streams that store when the kernel's views hold at least the module global
+:data:`STREAM_THRESHOLD_SYMBOL` together (:data:`STREAM_MIN_BYTES` unless the runtime's
+trial of streamed against plain stores sets it otherwise; checked per row at run time,
+with the destination's alignment): plain stores up to its first cache line, whole lines of aligned
 non-temporal vector stores, plain stores after the last whole line, and one ``sfence``
 before the segment function returns.  Each line of the output is then written without
 first being read (write-allocate) and without evicting the inputs from the cache: past
@@ -388,8 +389,12 @@ class _Nests(_Elements):
         addr = b.ptrtoint(b.gep(self.view_ptr(d.view),
                                 [self.iexpr(self.view_offset(d.view, d.index), None)]), I64)
         aligned = b.icmp_signed("==", b.and_(addr, c64(3)), c64(0))
+        threshold = self.module.globals.get(STREAM_THRESHOLD_SYMBOL)
+        if threshold is None:
+            threshold = ir.GlobalVariable(self.module, I64, STREAM_THRESHOLD_SYMBOL)
+            threshold.initializer = c64(STREAM_MIN_BYTES)
         big = b.icmp_signed(">=", self.expr(_view_bytes(self.cg.program)),
-                            c64(STREAM_MIN_BYTES))
+                            b.load(threshold))
         head = b.lshr(b.and_(b.sub(c64(0), addr), c64(vb - 1)), c64(2))
         return b.and_(aligned, big), head
 
@@ -535,6 +540,12 @@ def _forwarded_only(program: lp.LoopProgram) -> frozenset[str]:
 #: the output is evicted before anything could read it from cache, and writing it
 #: through the cache only costs a read of every line (write-allocate) and evicts inputs.
 STREAM_MIN_BYTES = 16 << 20
+#: The i64 module global the rows compare the views' bytes with: the runtime raises it
+#: out of reach where plain stores measured faster (``planner.lower.cpu.runtime``'s
+#: ``_StreamTrial``: on an Intel Xeon VM with a 480 MiB L3, GELU on 16M floats ran
+#: 9.5 ms on 1 thread with plain stores against 13.0 ms streamed, while softmax and
+#: layernorm on 4096×4096 ran 15 and 10 ms streamed against 19 and 14 ms plain).
+STREAM_THRESHOLD_SYMBOL = "planner.stream_min_bytes"
 _LINE = 64  # bytes of a cache line; streamed stores write whole lines
 
 
