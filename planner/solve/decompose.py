@@ -145,7 +145,7 @@ def split(model: cp_model.CpModel, terms: Sequence[tuple[cp_model.IntVar, int]],
             for lit in vs[1:]:
                 heads.append(head)
                 tails.append(_var(lit))
-    links = sparse.coo_matrix((np.ones(len(heads), dtype=np.int8), (heads, tails)),
+    links = sparse.coo_matrix((np.ones(len(heads), dtype=bool), (heads, tails)),
                               shape=(n, n)).tocsr()
     count, labels = connected_components(links, directed=False)
     if count == 1:
@@ -221,6 +221,8 @@ def _remap(c: object, index: dict[int, int]) -> None:
             lits.clear()
             lits.extend(new)
             return
+    if not c.has_linear() and not c.has_lin_max():  # type: ignore[attr-defined]
+        return  # no kind (enforcement literals only): reading one would add it
     exprs = ([c.linear] if c.has_linear()  # type: ignore[attr-defined]
              else [c.lin_max.target, *c.lin_max.exprs])  # type: ignore[attr-defined]
     for e in exprs:
@@ -337,10 +339,11 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     same objective (cost, then preference) and differ only among exact ties.
 
     A first pass gives each part the time left in proportion to its variables, times
-    the threads (two parts on two threads each get it all); parts it leaves unproved get
-    what is left in a second pass, hinted with their first solution (no longer
-    canonical: a time-limited search depends on timing).  The result is optimal only when
-    every part is, and its bound is the sum of the parts' bounds.  A part without a
+    the threads (two parts on two threads each get it all), at least :data:`MIN_PART_S`;
+    parts it leaves unproved are searched again from the start with what is left (the
+    same deterministic search, only longer: a part it proves is canonical too), and keep
+    the better of their two solutions and bounds.  The result is optimal only when every
+    part is, and its bound is the sum of the parts' bounds.  A part without a
     solution makes the whole plan the heuristic's, against the parts' bounds; an
     infeasible part makes the model infeasible.  ``progress`` is called once, with the
     final objective and bound.
@@ -357,8 +360,7 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     threads = max(1, min(workers, len(parts)))
     all_vars = sum(len(p.index) for p in parts)
     largest_first = sorted(range(len(parts)), key=lambda i: -len(parts[i].index))
-    searches: list[tuple[int, cp_model.CpSolver | None]] = [(cp_model.UNKNOWN, None)] \
-        * len(parts)
+    found = [_PartSearch() for _ in parts]
 
     def search(i: int, share: float) -> None:
         left = end - time.perf_counter()
@@ -370,33 +372,22 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
             raise PlannerError(Diagnostic("internal error: CP-SAT rejected a part of the "
                                           "planning model: "
                                           + parts[i].model.Validate()[:500]), kind="internal")
-        searches[i] = (status, solver)
+        found[i].take(status, solver)
 
     first = end - start
-    _run(threads, [(search, (i, first * min(1.0, threads * len(parts[i].index) / all_vars)))
-                   for i in largest_first])
-    canonical = all(status == cp_model.OPTIMAL for status, _ in searches)
-    again = [i for i in largest_first if searches[i][0] in (cp_model.FEASIBLE, cp_model.UNKNOWN)]
-    for i in again:
-        status, solver = searches[i]
-        if status == cp_model.FEASIBLE and solver is not None:
-            _hint(parts[i].model, solver)
-    _run(threads, [(search, (i, math.inf)) for i in again])
-    if any(status == cp_model.INFEASIBLE for status, _ in searches):
+    _run(threads, [(search, (i, max(MIN_PART_S, first * min(
+        1.0, threads * len(parts[i].index) / all_vars)))) for i in largest_first])
+    if any(f.status == cp_model.INFEASIBLE for f in found):
         return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
-    value = bound = 0
-    solved = True
-    joint = _Joint(len(bm.model.Proto().variables))
-    for part, (status, solver) in zip(parts, searches, strict=True):
-        b = solver.BestObjectiveBound() if solver is not None else math.nan
-        bound += max(0, round(b)) if math.isfinite(b) else 0
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver is None:
-            solved = False
-            continue
-        value += round(solver.ObjectiveValue())
-        joint.take(part, solver)
+    # the same search again with all the time left (no hint from the first: it would
+    # make the answer depend on where the clock stopped that one)
+    _run(threads, [(search, (i, math.inf)) for i in largest_first
+                   if found[i].status != cp_model.OPTIMAL])
+    if any(f.status == cp_model.INFEASIBLE for f in found):
+        return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
+    bound = sum(f.bound for f in found)
     low = offset + bound // weight * scale
-    if not solved:
+    if any(f.solver is None for f in found):
         until = time.perf_counter() + max(5.0, time_limit_s)
         fallback = fallback_assignment(bm.problem, bm.restrictions,
                                        deadline=until if deadline is None
@@ -406,17 +397,53 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         ev = evaluate(bm.problem, fallback, bm.restrictions)
         return SolveResult("feasible", fallback, ev.objective, min(low, ev.objective),
                            time.perf_counter() - start)
-    optimal = all(status == cp_model.OPTIMAL for status, _ in searches)
-    best = offset + value // weight * scale
+    joint = _Joint(len(bm.model.Proto().variables))
+    for part, f in zip(parts, found, strict=True):
+        joint.take(part, f.solver)  # type: ignore[arg-type]
+    optimal = all(f.status == cp_model.OPTIMAL for f in found)
+    best = offset + sum(f.value for f in found) // weight * scale
     if progress is not None:
         progress(best, low, time.perf_counter() - start)
     return SolveResult("optimal" if optimal else "feasible", decode(bm, joint), best, low,
-                       time.perf_counter() - start, optimal and canonical)
+                       time.perf_counter() - start, optimal)
+
+
+#: The least time a part's first search gets, however small its share: a part's model
+#: holds every variable of the whole model on the few-parts path, and presolve takes
+#: ~0.07 s to drop 10,000 unused ones, whatever the part's own size.
+MIN_PART_S = 0.5
+
+
+class _PartSearch:
+    """The best of a part's searches: its solution, objective, bound and status (optimal
+    when one search proved it, infeasible when one did)."""
+
+    def __init__(self) -> None:
+        self.status = cp_model.UNKNOWN
+        self.solver: cp_model.CpSolver | None = None
+        self.value = 0
+        self.bound = 0
+
+    def take(self, status: int, solver: cp_model.CpSolver) -> None:
+        b = solver.BestObjectiveBound()
+        if math.isfinite(b):
+            self.bound = max(self.bound, max(0, round(b)))
+        if status == cp_model.INFEASIBLE:
+            self.status = status
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return
+        value = round(solver.ObjectiveValue())
+        if self.solver is None or status == cp_model.OPTIMAL or value < self.value:
+            self.solver, self.value = solver, value
+        if status == cp_model.OPTIMAL:
+            self.status = status
+        elif self.status == cp_model.UNKNOWN:
+            self.status = cp_model.FEASIBLE
 
 
 def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:
     """Run ``calls`` in order on ``threads`` threads (inline on one); the first error
-    raised is raised here, after every started call has returned."""
+    raised is raised here, after every call has returned (the ones after it run too)."""
     if threads <= 1 or len(calls) <= 1:
         for f, args in calls:
             f(*args)
@@ -425,15 +452,6 @@ def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]
         futures = [pool.submit(f, *args) for f, args in calls]
     for future in futures:
         future.result()
-
-
-def _hint(model: cp_model.CpModel, solver: cp_model.CpSolver) -> None:
-    """Replace ``model``'s solution hint with ``solver``'s solution of it."""
-    solution = solver.ResponseProto().solution
-    proto = model.Proto()
-    proto.clear_solution_hint()
-    proto.solution_hint.vars.extend(range(len(solution)))
-    proto.solution_hint.values.extend(solution)
 
 
 def _literal(part: Part, lit: int) -> cp_model.IntVar:

@@ -98,14 +98,16 @@ _EARLY_FALLBACK_EDGES = 5000
 # model alone (~130,000 variables for 10,000 edges) overran a 0.9 s search limit by 1.2 s
 # and found nothing; the heuristic's plan is then the answer, against the relaxation.
 _MIN_LARGE_SEARCH_S = 2.0
-# Such a problem's LP relaxation is solved only when this long is left for it (HiGHS
-# took ~4 s of ~7 s on the 10,000-edge graph, 97,000 columns and 139,000 rows, on a
-# Zen 4 core), besides this much per edge kept for the heuristic (~1.2-1.8 s there);
-# below ``_LP_S_PER_EDGE`` per edge left it would not finish, and starting it anyway
-# cost the search 2-3 s of a 10 s limit for nothing.
+# Such a problem's LP relaxation is solved only when this long is left for it (on the
+# 10,000-edge graph, 97,000 columns and 139,000 rows: ~4 s on a Zen 4 core, 3.3-3.4 s
+# on an Intel Xeon VM core, 2.5 s of it HiGHS's dual simplex; its interior point and
+# PDLP took 15-30 s), besides this much per edge kept for the heuristic (~1.2-1.8 s on
+# Zen 4, ~1.0 s on the Xeon).  Below ``_LP_S_PER_EDGE`` per edge left it would not
+# finish, and starting it anyway cost the search 2-3 s of a 10 s limit for nothing; a
+# limit it misses only costs that time (the heuristic's share is kept apart).
 _MIN_LP_S = 1.0
-_LP_S_PER_EDGE = 4e-4
-_HEURISTIC_S_PER_EDGE = 2e-4
+_LP_S_PER_EDGE = 3.5e-4
+_HEURISTIC_S_PER_EDGE = 1.5e-4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 
 Progress = Callable[[int, int, float], None]

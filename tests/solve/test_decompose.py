@@ -196,3 +196,88 @@ def test_search_by_parts_is_one_plan_whatever_the_workers_and_the_limit() -> Non
     assert len({r.assignment for r in results}) == 1  # type: ignore[union-attr]
     whole = solve(build_model(p), time_limit_s=30)
     assert {r.objective for r in results} == {whole.objective}  # type: ignore[union-attr]
+
+
+def _two_pass_solver(monkeypatch, first_calls: int, second_limit: float | None):  # type: ignore[no-untyped-def]
+    """Make solve_parts' first ``first_calls`` searches stop at their first solution
+    (FEASIBLE, unproved) and the later ones stop after ``second_limit`` s (None: as
+    asked)."""
+    import planner.solve.decompose as decompose
+
+    real = decompose._solver
+    calls = []
+
+    def solver(limit: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+        calls.append(limit)
+        s = real(limit, workers, seed)
+        if len(calls) <= first_calls:
+            s.parameters.stop_after_first_solution = True
+        elif second_limit is not None:
+            s.parameters.max_time_in_seconds = second_limit
+        return s
+
+    monkeypatch.setattr(decompose, "_solver", solver)
+    return calls
+
+
+def test_a_second_search_that_finds_nothing_keeps_the_first_solution(monkeypatch) -> None:
+    p = _problem(3)
+    n_parts = len(split(build_model(p).model, objective_terms(build_model(p))[0],
+                        batch=1, min_vars=0) or [])
+    calls = _two_pass_solver(monkeypatch, n_parts, 1e-6)
+    import planner.solve.decompose as decompose
+
+    def no_fallback(*_: object, **__: object) -> None:
+        raise AssertionError("every part has a solution: the heuristic is not needed")
+
+    monkeypatch.setattr(decompose, "fallback_assignment", no_fallback)
+    result = solve_parts(build_model(p), time_limit_s=30, workers=1, batch=1, min_vars=0)
+    assert len(calls) > n_parts  # the second pass ran, and found nothing in 1 µs
+    assert result is not None and result.status == "feasible" and not result.canonical
+    # the first pass's solutions, not the heuristic's fallback: each part's first
+    # solution, whose objective is at least the optimum
+    optimum = solve(build_model(p), time_limit_s=30).objective
+    assert result.objective >= optimum
+    assert result.assignment is not None
+    assert model.evaluate(p, result.assignment).objective >= optimum
+    assert result.bound <= optimum
+
+
+def test_a_part_proved_by_the_second_search_is_the_first_searchs_plan(monkeypatch) -> None:
+    # the second search starts afresh (no hint from the first), so a proof there gives
+    # the plan a first search with enough time gives: canonical
+    p = _problem(3)
+    plain = solve_parts(build_model(p), time_limit_s=30, workers=1, batch=1, min_vars=0)
+    n_parts = len(split(build_model(p).model, objective_terms(build_model(p))[0],
+                        batch=1, min_vars=0) or [])
+    calls = _two_pass_solver(monkeypatch, n_parts, None)
+    again = solve_parts(build_model(p), time_limit_s=30, workers=1, batch=1, min_vars=0)
+    assert len(calls) == 2 * n_parts
+    assert plain is not None and again is not None
+    assert again.status == plain.status == "optimal" and again.canonical and plain.canonical
+    assert again.assignment == plain.assignment and again.objective == plain.objective
+
+
+def test_renumbered_parts_keep_a_constraint_without_a_kind() -> None:
+    # more parts than FEW_PARTS (renumbered); one constraint has only an enforcement
+    # literal (what an empty bool_and becomes): copying it must not invent a kind
+    from planner.solve.decompose import FEW_PARTS
+
+    m = cp_model.CpModel()
+    pairs = [(m.NewBoolVar(f"a{i}"), m.NewBoolVar(f"b{i}")) for i in range(FEW_PARTS + 2)]
+    for a, b in pairs:
+        m.AddBoolOr([a, b])
+    m.Proto().constraints.add().enforcement_literal.append(pairs[0][0].Index())
+    terms = [(a, 1) for a, _ in pairs] + [(b, 2) for _, b in pairs]
+    m.Minimize(sum(c * lit for lit, c in terms))
+    whole = _solver(10, 1)
+    assert whole.Solve(m) == cp_model.OPTIMAL
+    parts = split(m, terms, batch=1, min_vars=0)
+    assert parts is not None and len(parts) > FEW_PARTS
+    total_value = 0
+    for part in parts:
+        part.model.Minimize(sum(c * _literal(part, i) for i, c in part.terms))
+        s = _solver(10, 1)
+        assert s.Solve(part.model) == cp_model.OPTIMAL
+        total_value += round(s.ObjectiveValue())
+    assert total_value == round(whole.ObjectiveValue()) == len(pairs)

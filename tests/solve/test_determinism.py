@@ -139,7 +139,7 @@ def _diff(texts: tuple[str, ...]) -> str:
     return "\n".join(difflib.unified_diff(first, other, lineterm="", n=2))
 
 
-def test_plans_searched_part_by_part_do_not_depend_on_the_worker_count() -> None:
+def test_plans_searched_part_by_part_do_not_depend_on_the_worker_count(monkeypatch) -> None:
     # bench/solve.py's 1,000-edge synthetic graph: independent parts large enough to be
     # searched one by one (one deterministic CP-SAT worker each, side by side on two
     # threads, in turn on one); the plan is proved optimal and the same either way
@@ -153,6 +153,22 @@ def test_plans_searched_part_by_part_do_not_depend_on_the_worker_count() -> None
     bm = build_model(build_problem(kernel_1k, t, {"M": 64, "N": 64}))
     parts = split(bm.model, objective_terms(bm)[0])
     assert parts is not None and sum(len(p.index) >= MIN_SPLIT_VARS // 4 for p in parts) >= 2
+    import planner.solve.decompose as decompose
+    import planner.solve.planner as planner_module
+
+    def whole(*_: object, **__: object) -> None:
+        raise AssertionError("the model has independent parts: solve_parts plans it")
+
+    monkeypatch.setattr(planner_module, "solve", whole)
+    real = decompose.solve_parts
+    canonical = []
+
+    def parts(*a: object, **kw: object):  # type: ignore[no-untyped-def]
+        result = real(*a, **kw)  # type: ignore[arg-type]
+        canonical.append(result is not None and result.canonical)
+        return result
+
+    monkeypatch.setattr(planner_module, "solve_parts", parts)
     texts = []
     for workers in (2, 1, 2):
         plan = plan_kernel(kernel_1k, t, {"M": 64, "N": 64}, workers=workers, time_limit_s=60)
@@ -162,3 +178,4 @@ def test_plans_searched_part_by_part_do_not_depend_on_the_worker_count() -> None
         del out["phases_s"]
         texts.append(json.dumps(out, indent=2))
     assert len(set(texts)) == 1, _diff(tuple(texts))
+    assert canonical == [True, True, True]  # every part proved by its one-worker search
