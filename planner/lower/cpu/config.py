@@ -7,13 +7,18 @@ from dataclasses import dataclass
 
 from planner.catalog import Target
 from planner.errors import error
+from planner.lower.cpu.gemm import POOL_ALLOCS_SYMBOL as _POOL_ALLOCS
 from planner.lower.cpu.gemm import GemmConfig
 
-__all__ = ["MMA_CALLS_SYMBOL", "MMA_PACKED_SYMBOL", "MMA_WORK_SYMBOL", "CodegenConfig"]
+__all__ = ["MMA_CALLS_SYMBOL", "MMA_PACKED_SYMBOL", "MMA_WORK_SYMBOL", "POOL_ALLOCS_SYMBOL",
+           "CodegenConfig"]
 
 MMA_WORK_SYMBOL = "planner.mma_work"
 MMA_CALLS_SYMBOL = "planner.mma_calls"
 MMA_PACKED_SYMBOL = "planner.mma_packed"
+#: aligned_alloc calls of the module's buffer pool (``planner.lower.cpu.gemm.buffer_pool``;
+#: only with ``count_work``)
+POOL_ALLOCS_SYMBOL = _POOL_ALLOCS
 
 _KIND = "lowering"
 

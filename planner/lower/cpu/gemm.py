@@ -148,8 +148,12 @@ from planner.lower.cpu.llvm_helpers import (
 )
 
 __all__ = [
+    "POOL_BUDGET_BYTES",
+    "POOL_DRAIN_SYMBOL",
+    "BufferPool",
     "GemmConfig",
     "SgemmKernel",
+    "buffer_pool",
     "default_sgemm_kernel",
     "emit_gemm_f32",
     "emit_gemm_f32_strided",
@@ -784,9 +788,11 @@ def _emit_cached_pack(module: ir.Module, name: str, cfg: GemmConfig, pack: ir.Fu
     buffer without packing; else an empty slot, or the least (A) / most (B) recently used
     one of the slots in use (as many as :data:`CACHE_BUDGET_FLOATS` allows at this block
     size, at least one) is repacked,
-    its buffer grown (aligned_alloc; a failure traps) when too small. Only for sources
-    that no one writes while the table lives (the caller's promise): the key stands for
-    the contents. :func:`emit_free_cache` frees the buffers. ``counter``: an i64 module
+    its buffer grown when too small (the old one given to, the new one taken from the
+    module's :func:`buffer_pool`, which allocates when it has none large enough; a failure
+    traps). Only for sources that no one writes while the table lives (the caller's
+    promise): the key stands for the contents. :func:`emit_free_cache` gives the buffers
+    back to the pool (``counter`` set: the pool counts its allocations). ``counter``: an i64 module
     global (made when missing) that each packing adds ``4 * d0 * d1`` to."""
     i64p = I64.as_pointer()
     fnty = ir.FunctionType(F32P, [i64p, I64, I64, F32P, I64, I64, F32P])
@@ -850,17 +856,14 @@ def _emit_cached_pack(module: ir.Module, name: str, cfg: GemmConfig, pack: ir.Fu
     if which == "b":  # full: replace the most recently used panel (see CACHE_SLOTS)
         v = b.select(b.icmp_signed("==", b.load(oldest), c64(0)), v, b.load(newest))
     with b.if_then(b.icmp_signed("<", b.load(field(v, _CAP)), need)):
-        free = declare_function(module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
-        alloc = declare_function(module, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
-        trap = module.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
-        b.store(c64(0), field(v, _CAP))
-        b.call(free, [b.inttoptr(b.load(field(v, _BUF)), I8P)])
+        pool = buffer_pool(module, count_allocs=counter is not None)
+        cap = field(v, _CAP)
+        b.call(pool.give, [b.inttoptr(b.load(field(v, _BUF)), I8P),
+                           b.mul(b.load(cap), c64(4))])
         b.store(c64(0), field(v, _BUF))
-        raw = b.call(alloc, [c64(64), b.mul(need, c64(4))])
-        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
-            b.call(trap, [])
+        raw = b.call(pool.take, [b.mul(need, c64(4)), cap])  # stores the bytes in cap
         b.store(b.ptrtoint(raw, I64), field(v, _BUF))
-        b.store(need, field(v, _CAP))
+        b.store(b.sdiv(b.load(cap), c64(4)), cap)
     for f, x in enumerate(key):
         b.store(x, field(v, f))
     b.store(clock, field(v, _STAMP))
@@ -903,14 +906,182 @@ def cache_table_i64(which: str) -> int:
 
 
 def emit_free_cache(b: ir.IRBuilder, table: ir.Value, which: str) -> None:
-    """Free every buffer of the pack cache ``table`` (i64*) and empty it."""
-    free = declare_function(b.module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+    """Give every buffer of the pack cache ``table`` (i64*) back to the module's
+    :func:`buffer_pool` (which keeps or frees it) and empty the table."""
+    pool = buffer_pool(b.module)
     with loop(b, c64(0), c64(CACHE_SLOTS[which]), 1, f"free.{which}") as s:
         base = b.add(c64(_CACHE_HEADER), b.mul(s, c64(_CACHE_SLOT)))
         buf = _gep(b, table, b.add(base, c64(_BUF)))
-        b.call(free, [b.inttoptr(b.load(buf), I8P)])
+        cap = _gep(b, table, b.add(base, c64(_CAP)))
+        b.call(pool.give, [b.inttoptr(b.load(buf), I8P), b.mul(b.load(cap), c64(4))])
         b.store(c64(0), buf)
-        b.store(c64(0), _gep(b, table, b.add(base, c64(_CAP))))
+        b.store(c64(0), cap)
+
+
+#: The per-module buffer pool (:func:`buffer_pool`): slots, and the bytes it retains at
+#: most. A 2048³ GEMM in 256³ tiles takes ~20 MiB of pack-cache and scratch buffers per
+#: worker and segment call, so 64 MiB keeps them for 2-3 workers; the rest are freed.
+POOL_SLOTS = 256
+POOL_BUDGET_BYTES = 64 << 20
+#: Module globals of the pool: [2 * POOL_SLOTS] i64 (pointer, capacity in bytes; a null
+#: pointer is a free slot), the bytes held (i64), the lock (i32, 0 free), and (only with
+#: ``count_allocs``) the number of aligned_alloc calls ``take`` made (i64).
+POOL_SLOTS_SYMBOL = "planner.pool.slots"
+POOL_BYTES_SYMBOL = "planner.pool.bytes"
+POOL_LOCK_SYMBOL = "planner.pool.lock"
+POOL_ALLOCS_SYMBOL = "planner.pool.allocs"
+#: ``void planner_pool_drain()``: frees every buffer the pool holds (exported).
+POOL_DRAIN_SYMBOL = "planner_pool_drain"
+
+
+@dataclass(frozen=True)
+class BufferPool:
+    """The functions of a module's buffer pool (:func:`buffer_pool`)."""
+
+    take: ir.Function  # i8* take(i64 need_bytes, i64* cap_bytes_out)
+    give: ir.Function  # void give(i8* ptr, i64 cap_bytes); a null ptr is ignored
+    drain: ir.Function  # void planner_pool_drain()
+
+
+def buffer_pool(module: ir.Module, count_allocs: bool | None = None) -> BufferPool:
+    """The buffer pool of ``module`` (emitted on first use): large scratch buffers kept
+    across calls, so that a segment call does not page-fault and zero ~20 MiB that glibc
+    returned to the OS when the previous call freed them.
+
+    ``take(need, cap_out)`` removes the smallest pooled buffer of at least ``need`` bytes
+    (or allocates one with ``aligned_alloc(64, need)``; a failure traps) and stores its
+    capacity in ``*cap_out``; ``give(ptr, cap)`` pools a buffer taken so, or frees it
+    when every slot is taken or the pool would hold more than :data:`POOL_BUDGET_BYTES`;
+    ``planner_pool_drain()`` frees all it holds (``compile_kernel`` calls it when the
+    compiled code is discarded). Pool operations are rare (a few per segment call), so
+    one spin lock (cmpxchg, ``sched_yield`` while taken) makes them thread-safe; the
+    allocations and frees of ``take`` and ``give`` run outside it.
+    ``count_allocs``: count ``take``'s allocations in :data:`POOL_ALLOCS_SYMBOL` (fixed
+    when the pool is first emitted; None: as emitted, or not)."""
+    names = (f"{POOL_SLOTS_SYMBOL}.take", f"{POOL_SLOTS_SYMBOL}.give", POOL_DRAIN_SYMBOL)
+    if POOL_DRAIN_SYMBOL in module.globals:
+        if count_allocs is not None and count_allocs != (POOL_ALLOCS_SYMBOL in module.globals):
+            raise ValueError(f"buffer pool emitted with count_allocs={not count_allocs}")
+        return BufferPool(*(module.get_global(n) for n in names))
+    slots = ir.GlobalVariable(module, ir.ArrayType(I64, 2 * POOL_SLOTS), POOL_SLOTS_SYMBOL)
+    slots.initializer = ir.Constant(ir.ArrayType(I64, 2 * POOL_SLOTS), None)
+    slots.align = 64
+    held = ir.GlobalVariable(module, I64, POOL_BYTES_SYMBOL)
+    held.initializer = c64(0)
+    lock = ir.GlobalVariable(module, I32, POOL_LOCK_SYMBOL)
+    lock.initializer = ir.Constant(I32, 0)
+    allocs = None
+    if count_allocs:
+        allocs = ir.GlobalVariable(module, I64, POOL_ALLOCS_SYMBOL)
+        allocs.initializer = c64(0)
+    free = declare_function(module, "free", ir.FunctionType(ir.VoidType(), [I8P]))
+    alloc = declare_function(module, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
+    sched_yield = declare_function(module, "sched_yield", ir.FunctionType(I32, []))
+    trap = module.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
+    i64p = I64.as_pointer()
+    take = internal(ir.Function(module, ir.FunctionType(I8P, [I64, i64p]), names[0]),
+                    inline=False)
+    give = internal(ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P, I64]), names[1]),
+                    inline=False)
+    drain = ir.Function(module, ir.FunctionType(ir.VoidType(), []), names[2])
+    drain.attributes.add("nounwind")
+
+    def slot(b: ir.IRBuilder, i: ir.Value, f: int) -> ir.Value:  # f: 0 pointer, 1 capacity
+        return b.gep(slots, [c64(0), b.add(b.mul(i, c64(2)), c64(f))], inbounds=True)
+
+    def acquire(b: ir.IRBuilder) -> None:
+        spin = b.function.append_basic_block("lock.spin")
+        wait = b.function.append_basic_block("lock.wait")
+        held_blk = b.function.append_basic_block("lock.held")
+        b.branch(spin)
+        b.position_at_end(spin)
+        got = b.extract_value(b.cmpxchg(lock, ir.Constant(I32, 0), ir.Constant(I32, 1),
+                                        "acquire", "monotonic"), 1)
+        b.cbranch(got, held_blk, wait)
+        b.position_at_end(wait)
+        b.call(sched_yield, [])
+        b.branch(spin)
+        b.position_at_end(held_blk)
+
+    def release(b: ir.IRBuilder) -> None:
+        b.store_atomic(ir.Constant(I32, 0), lock, "release", 4)
+
+    # take: the best fit under the lock, else aligned_alloc outside it
+    need, cap_out = take.args
+    need.name, cap_out.name = "need", "cap_out"
+    b = ir.IRBuilder(take.append_basic_block("entry"))
+    best = b.alloca(I64, name="best")
+    best_cap = b.alloca(I64, name="best_cap")
+    b.store(c64(-1), best)
+    b.store(c64(-1 & ((1 << 63) - 1)), best_cap)
+    acquire(b)
+    with loop(b, c64(0), c64(POOL_SLOTS), 1, "take") as i:
+        cap = b.load(slot(b, i, 1))
+        fits = b.and_(b.icmp_unsigned("!=", b.load(slot(b, i, 0)), c64(0)),
+                      b.and_(b.icmp_signed(">=", cap, need),
+                             b.icmp_signed("<", cap, b.load(best_cap))))
+        with b.if_then(fits):
+            b.store(i, best)
+            b.store(cap, best_cap)
+    hit = b.load(best)
+    with b.if_else(b.icmp_signed(">=", hit, c64(0))) as (then, other):
+        with then:
+            ptr = b.load(slot(b, hit, 0))
+            cap = b.load(slot(b, hit, 1))
+            b.store(c64(0), slot(b, hit, 0))
+            b.store(c64(0), slot(b, hit, 1))
+            b.store(b.sub(b.load(held), cap), held)
+            release(b)
+            b.store(cap, cap_out)
+            b.ret(b.inttoptr(ptr, I8P))
+        with other:
+            release(b)
+    raw = b.call(alloc, [c64(64), need])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
+        b.call(trap, [])
+    if allocs is not None:
+        b.atomic_rmw("add", allocs, c64(1), "monotonic")
+    b.store(need, cap_out)
+    b.ret(raw)
+
+    # give: the first free slot if the budget allows, else free outside the lock
+    ptr, cap = give.args
+    ptr.name, cap.name = "ptr", "cap"
+    b = ir.IRBuilder(give.append_basic_block("entry"))
+    free_slot = b.alloca(I64, name="free_slot")
+    b.store(c64(-1), free_slot)
+    with b.if_then(b.icmp_unsigned("==", ptr, ir.Constant(I8P, None)), likely=False):
+        b.ret_void()
+    acquire(b)
+    total = b.add(b.load(held), cap)
+    with (b.if_then(b.icmp_signed("<=", total, c64(POOL_BUDGET_BYTES))),
+          loop(b, c64(0), c64(POOL_SLOTS), 1, "give") as i):
+        empty = b.and_(b.icmp_unsigned("==", b.load(slot(b, i, 0)), c64(0)),
+                       b.icmp_signed("<", b.load(free_slot), c64(0)))
+        with b.if_then(empty):
+            b.store(i, free_slot)
+    s = b.load(free_slot)
+    with b.if_then(b.icmp_signed(">=", s, c64(0))):
+        b.store(b.ptrtoint(ptr, I64), slot(b, s, 0))
+        b.store(cap, slot(b, s, 1))
+        b.store(total, held)
+        release(b)
+        b.ret_void()
+    release(b)
+    b.call(free, [ptr])
+    b.ret_void()
+
+    # drain: free everything (rare; under the lock)
+    b = ir.IRBuilder(drain.append_basic_block("entry"))
+    acquire(b)
+    with loop(b, c64(0), c64(POOL_SLOTS), 1, "drain") as i:
+        b.call(free, [b.inttoptr(b.load(slot(b, i, 0)), I8P)])
+        b.store(c64(0), slot(b, i, 0))
+        b.store(c64(0), slot(b, i, 1))
+    b.store(c64(0), held)
+    release(b)
+    b.ret_void()
+    return BufferPool(take, give, drain)
 
 
 def _emit_main(

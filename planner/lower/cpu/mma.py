@@ -12,7 +12,12 @@ import llvmlite.ir as ir
 from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym, add
 from planner.lower.cpu.config import MMA_CALLS_SYMBOL, MMA_WORK_SYMBOL
-from planner.lower.cpu.gemm import cache_table_i64, emit_free_cache, emit_scratch_floats
+from planner.lower.cpu.gemm import (
+    buffer_pool,
+    cache_table_i64,
+    emit_free_cache,
+    emit_scratch_floats,
+)
 from planner.lower.cpu.llvm_helpers import (
     F32P,
     I1,
@@ -22,7 +27,6 @@ from planner.lower.cpu.llvm_helpers import (
     I64,
     I64P,
     c64,
-    declare_function,
 )
 from planner.lower.cpu.mma_sources import ViewCopies, k_merge, staging_forwards, view_copies
 from planner.lower.cpu.nests import _Nests
@@ -135,7 +139,8 @@ class _Mma(_Nests):
 
     def gemm_scratch(self, n: ir.Value) -> ir.Value:
         """Packing scratch for an mma with ``n`` columns: one buffer per call of the
-        segment function (one per worker), grown on demand and freed on return."""
+        segment function (one per worker), grown on demand, taken from and given back on
+        return to the module's buffer pool (:func:`~.gemm.buffer_pool`)."""
         b = self.b
         if self.scratch is None:
             with b.goto_block(self.entry):
@@ -149,15 +154,12 @@ class _Mma(_Nests):
         mod = self.cg.module
         need = emit_scratch_floats(b, self.cg.gemm_config, n)
         with b.if_then(b.icmp_signed(">", need, b.load(cap)), likely=False):
-            free = declare_function(mod, "free", ir.FunctionType(ir.VoidType(), [I8P]))
-            alloc = declare_function(mod, "aligned_alloc", ir.FunctionType(I8P, [I64, I64]))
-            trap = mod.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), []))
-            b.call(free, [b.bitcast(b.load(ptr), I8P)])
-            raw = b.call(alloc, [c64(64), b.mul(need, c64(4))])  # need*4: a multiple of 64
-            with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), likely=False):
-                b.call(trap, [])
+            pool = buffer_pool(mod, count_allocs=self.cg.config.count_work)
+            b.call(pool.give, [b.bitcast(b.load(ptr), I8P), b.mul(b.load(cap), c64(4))])
+            b.store(ir.Constant(F32P, None), ptr)
+            raw = b.call(pool.take, [b.mul(need, c64(4)), cap])  # need*4: a multiple of 64
             b.store(b.bitcast(raw, F32P), ptr)
-            b.store(need, cap)
+            b.store(b.sdiv(b.load(cap), c64(4)), cap)  # take stored bytes
         return b.load(ptr)
 
     def pack_caches(self) -> tuple[ir.Value, ir.Value]:
@@ -165,8 +167,9 @@ class _Mma(_Nests):
         (:func:`~.gemm.emit_gemm_f32_strided`'s ``_cached`` entry point): zeroed tables
         on the stack, filled by the mmas of every instance the call runs, so that an
         instance packs what an earlier one already packed from the same read-only view
-        (same address, strides and extents) only once; freed on return. Nothing writes a
-        read-only view while a segment runs, so a matching key means the same values."""
+        (same address, strides and extents) only once; their buffers go back to the
+        module's buffer pool on return (:meth:`free_scratch`). Nothing writes a read-only
+        view while a segment runs, so a matching key means the same values."""
         if self.pack_tables is None:
             b = self.b
             with b.goto_block(self.entry):
@@ -185,10 +188,13 @@ class _Mma(_Nests):
         return self.pack_tables
 
     def free_scratch(self) -> None:
+        """Give the scratch and the pack caches' buffers back to the module's buffer pool
+        (:func:`~.gemm.buffer_pool`: kept for the next call, within its budget)."""
         if self.scratch is not None:
-            free = declare_function(self.cg.module, "free",
-                                    ir.FunctionType(ir.VoidType(), [I8P]))
-            self.b.call(free, [self.b.bitcast(self.b.load(self.scratch[0]), I8P)])
+            b = self.b
+            give = buffer_pool(self.cg.module, count_allocs=self.cg.config.count_work).give
+            b.call(give, [b.bitcast(b.load(self.scratch[0]), I8P),
+                          b.mul(b.load(self.scratch[1]), c64(4))])
         if self.pack_tables is not None:
             for which, tab in zip(("a", "b"), self.pack_tables, strict=True):
                 emit_free_cache(self.b, tab, which)

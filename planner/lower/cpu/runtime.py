@@ -48,6 +48,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ from planner.lower.cpu.config import (
     MMA_WORK_SYMBOL,
     CodegenConfig,
 )
+from planner.lower.cpu.gemm import POOL_DRAIN_SYMBOL
 from planner.lower.cpu.jit import (
     CompiledModule,
     TargetSpec,
@@ -87,7 +89,7 @@ __all__ = ["CompiledKernel", "KernelCache", "compile_kernel", "default_kernel_ca
            "host_refusal", "shutdown_workers", "worker_threads"]
 
 _INPUT = "invalid-input"
-_CODEGEN_VERSION = "cpu-11"
+_CODEGEN_VERSION = "cpu-12"
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _SEGMENT_FN = ctypes.CFUNCTYPE(None, _I64, _I64, _P, _P, _P, _P, _P, _P)
@@ -230,6 +232,19 @@ def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
     return h.hexdigest()
 
 
+def _drain(module: CompiledModule) -> None:
+    ctypes.CFUNCTYPE(None)(module.address(POOL_DRAIN_SYMBOL))()
+
+
+def _drain_on_discard(code: _Code) -> None:
+    """Free what the module's buffer pool (:func:`~planner.lower.cpu.gemm.buffer_pool`)
+    holds once ``code`` is discarded. The finalizer holds the CompiledModule, so its
+    engine (the pool's code and globals) outlives the drain; no call runs then (a call
+    holds ``code``), and one of another ``_Code`` on the same cached module only takes
+    or gives buffers under the pool's lock. Not at exit: the process's memory goes."""
+    weakref.finalize(code, _drain, code.module).atexit = False
+
+
 def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: object = None,
                    threads: int | None = None, *, cache: KernelCache | None = None,
                    config: CodegenConfig | None = None) -> CompiledKernel:
@@ -258,7 +273,10 @@ def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: obj
         fns = () if refusal else tuple(
             compiled.ctypes_function(name, None, [_I64, _I64, _P, _P, _P, _P, _P, _P])
             for name in info.functions)
-        code = use.put(key, _Code(program, compiled, info, fns, text, refusal))
+        made = _Code(program, compiled, info, fns, text, refusal)
+        if refusal is None and POOL_DRAIN_SYMBOL in module.globals:
+            _drain_on_discard(made)
+        code = use.put(key, made)
     if threads is None:
         costs = getattr(tgt, "costs", None)
         threads = int(costs.concurrent_instances) if costs is not None else _machine_threads()

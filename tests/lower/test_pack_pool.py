@@ -1,0 +1,187 @@
+"""The per-module buffer pool (planner.lower.cpu.gemm.buffer_pool): a segment call's GEMM
+scratch and pack-cache buffers are kept for the next call instead of going back to the OS
+(which made every call page-fault and zero ~20 MiB at 2048³), within POOL_SLOTS slots and
+POOL_BUDGET_BYTES bytes; ``planner_pool_drain`` frees what it holds, and compile_kernel's
+finalizer calls it when the compiled code is discarded.
+
+The pool's state is read through its module globals (pointer and capacity per slot, the
+bytes held, and with ``count_work`` the aligned_alloc calls of ``take``)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+from planner.catalog import CatalogRegistry
+from planner.ir.examples import builtin_examples_dir, load_example
+from planner.lower import compile_kernel
+from planner.lower.cpu.config import POOL_ALLOCS_SYMBOL, CodegenConfig
+from planner.lower.cpu.gemm import (
+    POOL_BUDGET_BYTES,
+    POOL_BYTES_SYMBOL,
+    POOL_DRAIN_SYMBOL,
+    POOL_SLOTS,
+    POOL_SLOTS_SYMBOL,
+    buffer_pool,
+)
+from planner.lower.cpu.jit import CompiledModule, compile_module
+from planner.lower.cpu.runtime import KernelCache
+from planner.solve import plan_kernel
+
+TARGET = CatalogRegistry().get("host")
+CONFIG = dataclasses.replace(CodegenConfig.for_target(TARGET), count_work=True)
+TILE = 128
+
+
+def _pool(module: CompiledModule) -> tuple[list[tuple[int, int]], int]:
+    """The (pointer, capacity) of every taken slot, and the bytes the pool says it holds."""
+    raw = (ctypes.c_int64 * (2 * POOL_SLOTS)).from_address(module.address(POOL_SLOTS_SYMBOL))
+    slots = [(raw[2 * i], raw[2 * i + 1]) for i in range(POOL_SLOTS) if raw[2 * i]]
+    return slots, ctypes.c_int64.from_address(module.address(POOL_BYTES_SYMBOL)).value
+
+
+def _allocs(module: CompiledModule) -> int:
+    return ctypes.c_int64.from_address(module.address(POOL_ALLOCS_SYMBOL)).value
+
+
+def _drain(module: CompiledModule) -> None:
+    ctypes.CFUNCTYPE(None)(module.address(POOL_DRAIN_SYMBOL))()
+
+
+def _kernel(example: str, m: int, n: int, k: int, config: CodegenConfig | None = None,
+            cache: KernelCache | None = None):
+    g = load_example(builtin_examples_dir() / f"{example}.py").module
+    make = g.make_gemm if example == "gemm" else g.make_manual_gemm
+    kern = make(g.GemmConfig(TILE, TILE, TILE, 2))
+    return compile_kernel(kern, plan_kernel(kern, TARGET, {"M": m, "N": n, "K": k}), TARGET,
+                          config=config, cache=cache)
+
+
+def _operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.mark.parametrize("example", ["gemm", "manual_gemm"])
+def test_repeated_calls_match_numpy(example: str) -> None:
+    """Many calls on 1 and 2 threads, with shapes that are no tile multiples and change
+    between calls (pooled buffers of one shape serve the next), all match numpy."""
+    ck = _kernel(example, 300, 200, 170)
+    shapes = [(300, 200, 170), (130, 390, 260), (300, 200, 170), (70, 129, 300)]
+    for i in range(16):
+        m, n, k = shapes[i % len(shapes)]
+        a, b, want = _operands(m, n, k, i)
+        c = np.full((m, n), np.nan, np.float32)
+        ck(A=a, B=b, C=c, threads=1 + i % 2)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    _, held = _pool(ck._code.module)
+    assert 0 < held <= POOL_BUDGET_BYTES
+
+
+def test_second_call_allocates_nothing() -> None:
+    """After one call the pool holds the call's buffers; the same call again takes them
+    all from the pool (no aligned_alloc) and gives the same buffers back."""
+    ck = _kernel("gemm", 520, 390, 300, config=CONFIG)
+    mod = ck._code.module
+    _drain(mod)  # the module may be shared with an earlier test (JIT cache)
+    a, b, want = _operands(520, 390, 300, 7)
+    c = np.zeros((520, 390), np.float32)
+    before = _allocs(mod)
+    ck(A=a, B=b, C=c, threads=1)
+    first = _allocs(mod) - before
+    slots, held = _pool(mod)
+    assert first > 0 and len(slots) == first  # every buffer taken came back
+    assert held == sum(cap for _, cap in slots)
+    for _ in range(3):
+        ck(A=a, B=b, C=c, threads=1)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(300))
+    assert _allocs(mod) - before == first
+    assert sorted(_pool(mod)[0]) == sorted(slots)
+
+
+def test_drain_frees_everything_and_runs_when_code_is_discarded() -> None:
+    cache = KernelCache()
+    ck = _kernel("manual_gemm", 300, 260, 200, cache=cache)
+    mod = ck._code.module
+    a, b, _ = _operands(300, 260, 200, 3)
+    ck(A=a, B=b, C=np.zeros((300, 260), np.float32), threads=2)
+    assert _pool(mod)[1] > 0
+    _drain(mod)
+    assert _pool(mod) == ([], 0)
+    ck(A=a, B=b, C=np.zeros((300, 260), np.float32), threads=2)
+    assert _pool(mod)[1] > 0
+    del ck
+    cache.clear()  # the last reference to the compiled code: its finalizer drains
+    gc.collect()
+    assert _pool(mod) == ([], 0)
+
+
+class _Pool:
+    """A module with only the pool and exported wrappers of ``take`` and ``give``."""
+
+    def __init__(self) -> None:
+        mod = ir.Module()
+        pool = buffer_pool(mod, count_allocs=True)
+        for name, fn in (("t_take", pool.take), ("t_give", pool.give)):
+            w = ir.Function(mod, fn.function_type, name)
+            b = ir.IRBuilder(w.append_basic_block("entry"))
+            r = b.call(fn, list(w.args))
+            if isinstance(fn.function_type.return_type, ir.VoidType):
+                b.ret_void()
+            else:
+                b.ret(r)
+        self.module = compile_module(mod, disk=False)
+        self._take = self.module.ctypes_function(
+            "t_take", ctypes.c_void_p, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)])
+        self._give = self.module.ctypes_function("t_give", None,
+                                                 [ctypes.c_void_p, ctypes.c_int64])
+
+    def take(self, need: int) -> tuple[int, int]:
+        cap = ctypes.c_int64(0)
+        ptr = self._take(need, ctypes.byref(cap))
+        assert ptr and ptr % 64 == 0 and cap.value >= need
+        return ptr, cap.value
+
+    def give(self, ptr: int, cap: int) -> None:
+        self._give(ptr, cap)
+
+
+def test_retention_bound_and_best_fit() -> None:
+    p = _Pool()
+    big = POOL_BUDGET_BYTES // 5 + 64
+    bufs = [p.take(big) for _ in range(8)]
+    for ptr, cap in bufs:
+        p.give(ptr, cap)
+    slots, held = _pool(p.module)
+    assert len(slots) == 4 and held == 4 * big <= POOL_BUDGET_BYTES  # the rest freed
+    # many small ones: no more than POOL_SLOTS are kept
+    _drain(p.module)
+    small = [p.take(4096) for _ in range(POOL_SLOTS + 40)]
+    for ptr, cap in small:
+        p.give(ptr, cap)
+    slots, held = _pool(p.module)
+    assert len(slots) == POOL_SLOTS and held == POOL_SLOTS * 4096
+    # take returns the smallest that fits, with its capacity, and allocates otherwise
+    _drain(p.module)
+    sizes = [1 << 20, 1 << 16, 1 << 18]
+    got = {s: p.take(s) for s in sizes}
+    for ptr, cap in got.values():
+        p.give(ptr, cap)
+    n = _allocs(p.module)
+    assert p.take(1 << 17) == got[1 << 18]
+    assert p.take(100) == got[1 << 16]
+    assert _allocs(p.module) == n
+    ptr, cap = p.take(2 << 20)  # larger than any pooled buffer
+    assert cap == 2 << 20 and _allocs(p.module) == n + 1
+    p.give(ptr, cap)
+    p.give(0, 123)  # a null pointer is ignored
+    assert len(_pool(p.module)[0]) == 2
+    _drain(p.module)
+    assert _pool(p.module) == ([], 0)
