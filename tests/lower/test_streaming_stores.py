@@ -196,9 +196,11 @@ def test_stream_trial_alternates_and_keeps_the_faster_minimum() -> None:
     assert state is False  # the same runs with the ways swapped
 
 
-def test_stream_decision_per_thread_count_drives_the_threshold_and_the_results() -> None:
-    # 8 MiB in, 8 MiB out: at the streaming floor; the trial runs on checked calls, then
-    # the fast path keeps applying the decision of its thread count to the module global
+def test_stream_decision_per_thread_count_drives_the_threshold_and_the_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 8 MiB in, 8 MiB out: at the streaming floor; the trial runs on checked calls of one
+    # signature and thread count, then the fast path applies that decision to the module
+    # global before every call; another thread count has a trial of its own
     import ctypes
 
     from planner.lower.cpu import runtime
@@ -211,14 +213,38 @@ def test_stream_decision_per_thread_count_drives_the_threshold_and_the_results()
     x64 = x.astype(np.float64)
     want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
     out = next(p.name for p in ck.loop_program.params if not p.readonly)
-    for _ in range(2 * runtime._STREAM_SAMPLES):
-        assert not isinstance(ck._code.stream.get(1), bool)
-        got = ck({"X": x}, threads=1, **{out: np.empty_like(x)})[out]
+    checked = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+
+    def call(threads: int) -> None:
+        got = ck({"X": x}, threads=threads, **{out: np.empty_like(x)})[out]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert isinstance(ck._code.stream.get(1), bool)  # decided after its runs
+
+    def states() -> dict:
+        (prep,) = [c[4] for c in ck._calls.values()]
+        return prep[10]
+
+    for _ in range(2 * runtime._STREAM_SAMPLES - 1):
+        call(1)
+        assert not isinstance(states().get(1), bool)
+    call(1)
+    assert isinstance(states()[1], bool)  # decided after its runs, all on the checked path
+    assert len(checked) == 2 * runtime._STREAM_SAMPLES
+    assert not isinstance(states().get(2), bool)  # nothing decided for two threads
     for decided, value in ((True, nests.STREAM_MIN_BYTES), (False, runtime._NO_STREAMING)):
-        ck._code.stream[1] = decided
-        for _ in range(3):  # checked, then fast
-            got = ck({"X": x}, threads=1, **{out: np.empty_like(x)})[out]
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        states()[1] = decided
+        before = len(checked)
+        for _ in range(3):
+            call(1)
             assert threshold.value == value
+        assert len(checked) == before  # the fast path set it
+
+
+def test_a_split_that_keeps_losing_waits_twice_as_long_each_time() -> None:
+    from planner.lower.cpu import runtime
+
+    assert [runtime._redecide_calls([0.023], r) for r in range(7)] == \
+        [10, 20, 40, 80, 160, 320, 512]  # 0.25 / 0.023 = 10.9, doubled, at most 512
+    assert runtime._redecide_calls([0.0], 5) == 512  # no lost split: the default

@@ -379,8 +379,9 @@ class _Nests(_Elements):
 
     def _stream_gate(self, p: lp.Nest, var: str, lo: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(whether this row streams, the lanes before the destination's first aligned
-        vector): the kernel's views hold at least :data:`STREAM_MIN_BYTES` and the
-        destination's elements are 4-byte aligned."""
+        vector): the kernel's views hold at least the module global
+        :data:`STREAM_THRESHOLD_SYMBOL`'s bytes and the destination's elements are 4-byte
+        aligned."""
         b = self.b
         d = p.dest
         assert isinstance(d, lp.ViewWrite)

@@ -61,7 +61,7 @@ from planner.ir.dtypes import DType
 from planner.ir.expr import Const, Sym
 from planner.ir.interpreter import bind_symbols
 from planner.ir.printer import PrintOptions, print_kernel
-from planner.lower.cpu import callgate, workpool
+from planner.lower.cpu import callgate, nests, workpool
 from planner.lower.cpu.abi import ModuleInfo
 from planner.lower.cpu.codegen import emit_program
 from planner.lower.cpu.config import (
@@ -79,7 +79,7 @@ from planner.lower.cpu.jit import (
     host_target,
     missing_features,
 )
-from planner.lower.cpu.nests import STREAM_MIN_BYTES, STREAM_THRESHOLD_SYMBOL
+from planner.lower.cpu.nests import STREAM_THRESHOLD_SYMBOL
 from planner.lower.cpu.nests import _view_bytes as view_bytes
 from planner.lower.loops.program import LoopProgram, build_loop_program
 from planner.plan.decisions import MaterializationPlan
@@ -105,8 +105,6 @@ class _Code:
     functions: tuple[Any, ...]  # empty when ``refusal`` is set
     emitted_ir: str
     refusal: str | None = None  # why this machine must not run the code
-    #: per thread count: whether its rows stream their stores (a _StreamTrial until decided)
-    stream: dict[int, Any] = field(default_factory=dict)
 
 
 class KernelCache:
@@ -419,7 +417,7 @@ class CompiledKernel:
         except KeyError:
             return None
         if fast.big and self._stream_at is not None:
-            decided = self._code.stream.get(nthreads)
+            decided = fast.prep[10].get(nthreads)
             if not isinstance(decided, bool):
                 return None  # not decided for this thread count: the trial runs checked
             _set_streaming(self._stream_at, decided)
@@ -452,13 +450,16 @@ class CompiledKernel:
 
     def _retime(self, fast: _FastCall) -> None:
         """Forget the split decisions of ``fast``'s signature (and its fast plan): its
-        next calls take the checked path and measure them again."""
+        next calls take the checked path and measure them again.  Each time a split that
+        lost is measured again, the next measurement waits twice as long (prep[9]); its
+        streamed-store decision stays."""
         split, declined = fast.prep[6], fast.prep[7]
+        rounds = fast.prep[9]
+        rounds[0] = rounds[0] + 1 if any(declined) else 0  # a lost split measured again
         for i, state in enumerate(split):
             if isinstance(state, bool):
                 split[i] = None
                 declined[i] = 0.0
-        self._code.stream.pop(fast.threads, None)  # and the streamed-store decision
         self._fasts.pop(fast.key, None)
         if self._last is fast:
             self._last = None
@@ -521,8 +522,8 @@ class CompiledKernel:
         work pool; undecided ones inline (so the plan is rebuilt once they are)."""
         if self._gate is None:
             return None
-        if self._stream_at is not None and prep[8] >= STREAM_MIN_BYTES \
-                and not isinstance(self._code.stream.get(threads), bool):
+        if self._stream_at is not None and prep[8] >= nests.STREAM_MIN_BYTES \
+                and not isinstance(prep[10].get(threads), bool):
             return None  # the streamed-store trial times checked calls first
         prog = self._code.program
         worker, glob, table = self._layout(env, tuple(int(v) for v in syms))
@@ -540,7 +541,8 @@ class CompiledKernel:
                          for p, a in zip(prog.params, objs, strict=True)),
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
             key=key, prep=prep, retime=threads > 1 and any(n > 1 for n in prep[3]),
-            redecide=_redecide_calls(prep[7]), big=prep[8] >= STREAM_MIN_BYTES,
+            redecide=_redecide_calls(prep[7], prep[9][0]),
+            big=prep[8] >= nests.STREAM_MIN_BYTES,
             worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
             threads=threads, helpers=max((h for _, _, h, _ in segs), default=0),
             keep=(syms, strides, table, tuple(a.dtype for a in objs)))
@@ -649,13 +651,15 @@ class CompiledKernel:
         (None before its first run, then the seconds of its 1-worker runs until
         :data:`_SPLIT_SAMPLES` are in: see ``_SPLIT_MIN_S``), and per segment the fastest
         1-worker seconds of a segment kept on one worker after a trial its split did not
-        win (0.0 otherwise: see :data:`_REDECIDE_S`), and the bytes of its views together
-        (what decides whether its rows may stream their stores)."""
+        win (0.0 otherwise: see :data:`_REDECIDE_S`), the bytes of its views together
+        (what decides whether its rows may stream their stores), how many times in a row
+        a lost split was measured again (``_redecide_calls``), and per thread count the
+        streamed-store trial or decision (:class:`_StreamTrial`)."""
         worker_size, global_size, table = self._layout(env, tuple(int(v) for v in syms))
         counts = [e.evaluate(env) for e in self._instances]
         split: list[Any] = [None] * len(counts)
         return (worker_size, global_size, _addr(table), counts, _addr(syms), _addr(strides),
-                split, [0.0] * len(counts), self._view_bytes.evaluate(env))
+                split, [0.0] * len(counts), self._view_bytes.evaluate(env), [0], {})
 
     def _execute(self, env: Mapping[str, int], syms: np.ndarray, views: Any,
                  strides: np.ndarray, threads: int,
@@ -663,10 +667,10 @@ class CompiledKernel:
         """Run every segment; while the streamed-store trial is open (see
         :class:`_StreamTrial`), as one of its timed runs."""
         prep = prep or self._prepare(env, syms, strides)
-        if self._stream_at is None or prep[8] < STREAM_MIN_BYTES:
+        if self._stream_at is None or prep[8] < nests.STREAM_MIN_BYTES:
             self._run_segments(views, threads, prep)
             return
-        state = self._code.stream.get(threads)
+        state = prep[10].get(threads)
         if isinstance(state, bool) or not _split_settled(prep, threads):
             # decided; or a split trial is open (the two trials time the same runs, so
             # they take turns): the decision made, or streaming (the default) meanwhile
@@ -674,16 +678,16 @@ class CompiledKernel:
             self._run_segments(views, threads, prep)
             return
         trial = state if state is not None else _StreamTrial()
-        self._code.stream[threads] = trial
+        prep[10][threads] = trial
         streamed = trial.stream_next()
         _set_streaming(self._stream_at, streamed)
         t0 = time.perf_counter()
         self._run_segments(views, threads, prep)
-        self._code.stream[threads] = trial.record(streamed, time.perf_counter() - t0)
+        prep[10][threads] = trial.record(streamed, time.perf_counter() - t0)
 
     def _run_segments(self, views: Any, threads: int, prep: tuple[Any, ...]) -> None:
-        worker_size, global_size, table, counts, syms_at, strides_at, split, declined, _ = \
-            prep
+        worker_size, global_size, table, counts, syms_at, strides_at, split, declined = \
+            prep[:8]
         chunks_max = max([min(threads, n) for n in counts if n > 0], default=1)
         reuse = self._arena_lock.acquire(blocking=False)
         try:
@@ -852,20 +856,25 @@ _REDECIDE_S = 0.25
 _MIN_REDECIDE_CALLS = 8
 
 
-def _redecide_calls(declined: list[float]) -> int:
+def _redecide_calls(declined: list[float], rounds: int = 0) -> int:
     """After how many steady calls a signature's split decisions are measured again,
-    given the 1-worker seconds of its segments whose split lost (see ``_prepare``)."""
+    given the 1-worker seconds of its segments whose split lost (see ``_prepare``) and
+    how many times in a row it was measured again with a lost split (each doubles the
+    wait: a split that keeps losing, e.g. on a busy core, costs ever less to confirm)."""
     lost = sum(declined)
     if lost <= 0:
         return _REDECIDE_CALLS
-    return min(_REDECIDE_CALLS, max(_MIN_REDECIDE_CALLS, int(_REDECIDE_S / lost)))
+    calls = max(_MIN_REDECIDE_CALLS, int(_REDECIDE_S / lost)) << min(rounds, 16)
+    return min(_REDECIDE_CALLS, calls)
 
 
 #: Calls whose views hold at least ``nests.STREAM_MIN_BYTES`` alternate between streamed
 #: and plain stores (the module global ``nests.STREAM_THRESHOLD_SYMBOL``) until each way
 #: has :data:`_STREAM_SAMPLES` runs, once the call's split decisions are made; the faster
-#: minimum wins for the module, measured again with the split decisions
-#: (:data:`_REDECIDE_CALLS`).  Whether streaming pays depends on the host: on an Intel
+#: minimum wins, for that call signature and thread count, once (not measured again).
+#: The global is the module's: concurrent calls of other signatures or thread counts may
+#: set it while a call runs (its rows then stream or not: the results are the same, the
+#: trial's timings less clean).  Whether streaming pays depends on the host: on an Intel
 #: Xeon VM with a 480 MiB L3 plain stores ran GELU on 16M floats 1.35x faster on 1 thread
 #: while softmax and layernorm 4096x4096 ran 1.25-1.5x faster streamed.
 _STREAM_SAMPLES = 3
@@ -901,7 +910,8 @@ def _symbol(code: _Code, name: str) -> int | None:
 def _set_streaming(at: int | None, stream: bool) -> None:
     """Point the streaming threshold at ``at`` to stream (the default) or not."""
     if at is not None:
-        ctypes.c_int64.from_address(at).value = STREAM_MIN_BYTES if stream else _NO_STREAMING
+        ctypes.c_int64.from_address(at).value = (nests.STREAM_MIN_BYTES if stream
+                                                 else _NO_STREAMING)
 
 
 @dataclass(slots=True)
