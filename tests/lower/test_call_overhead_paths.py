@@ -158,34 +158,50 @@ def test_the_split_decision_compares_the_fastest_runs_of_each_way() -> None:
     assert t.record(False, 5e-6) is t and t.record(False, 50e-6) is False and not t.split
 
 
+def _count_checked(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """A list that grows by one on every call that takes the checked path."""
+    checked: list[int] = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+    return checked
+
+
+def _prep(ck) -> tuple:  # type: ignore[no-untyped-def]
+    """The prepared call of ``ck``'s one call signature."""
+    (p,) = [c[4] for c in ck._calls.values()]
+    return p
+
+
+def _splits_settled(ck) -> bool:  # type: ignore[no-untyped-def]
+    p = _prep(ck)
+    return all(isinstance(st, bool) for n, st in zip(p[3], p[6], strict=True) if n > 1)
+
+
+def _until_settled(ck, x, want, checked) -> None:  # type: ignore[no-untyped-def]
+    """Call until every split is decided (two 1-worker runs, then alternating; a split
+    run no worker joined, the other core busy, e.g. under xdist, is not counted, so
+    deciding may take a few more calls)."""
+    while not checked or not _splits_settled(ck):
+        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
+                                   atol=1e-6)
+        assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
+
+
 def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
     monkeypatch.setattr(runtime, "_REDECIDE_CALLS", 7)
     k, ck = _softmax(threads=2)
     x = _x(64, 300, 5)
     want = _want(k, x)
-    checked = []
-    real = runtime.CompiledKernel._run_checked
-    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
-                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
-
-    def settled() -> bool:
-        (prep,) = [c[4] for c in ck._calls.values()]
-        return all(isinstance(st, bool) for n, st in zip(prep[3], prep[6], strict=True)
-                   if n > 1)
-
-    # two 1-worker runs, then alternating; a split run no worker joined (the other core
-    # busy, e.g. under xdist) is not counted, so deciding may take a few more calls
-    while not checked or not settled():
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)
-        assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
+    checked = _count_checked(monkeypatch)
+    _until_settled(ck, x, want, checked)
     assert len(checked) >= 2 * runtime._SPLIT_SAMPLES + 1
     before = len(checked)
     for _ in range(7):  # steady: the fast path, until the 7th call forgets the decision
         np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
                                    atol=1e-6)
-    assert len(checked) == before and not settled()
+    assert len(checked) == before and not _splits_settled(ck)
     np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
     assert len(checked) == before + 1  # measuring again, on the checked path
     runtime.shutdown_workers()
@@ -209,31 +225,16 @@ def test_a_split_that_lost_is_measured_again_soon(monkeypatch) -> None:
     k, ck = _softmax(threads=2)
     x = _x(64, 300, 5)
     want = _want(k, x)
-    checked = []
-    real = runtime.CompiledKernel._run_checked
-    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
-                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
-
-    def prep() -> tuple:
-        (p,) = [c[4] for c in ck._calls.values()]
-        return p
-
-    def settled() -> bool:
-        p = prep()
-        return all(isinstance(st, bool) for n, st in zip(p[3], p[6], strict=True) if n > 1)
-
-    while not checked or not settled():
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)
-        assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
-    p = prep()
+    checked = _count_checked(monkeypatch)
+    _until_settled(ck, x, want, checked)
+    p = _prep(ck)
     assert all(st is False for n, st in zip(p[3], p[6], strict=True) if n > 1)
     assert any(t > 0 for t in p[7])  # the lost split's 1-worker seconds are kept
     before = len(checked)
     for _ in range(runtime._MIN_REDECIDE_CALLS):
         np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
                                    atol=1e-6)
-    assert len(checked) == before and not settled()
+    assert len(checked) == before and not _splits_settled(ck)
     np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
     assert len(checked) == before + 1  # measuring again, on the checked path
     runtime.shutdown_workers()
