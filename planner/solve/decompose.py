@@ -339,10 +339,11 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     same objective (cost, then preference) and differ only among exact ties.
 
     A first pass gives each part the time left in proportion to its variables, times
-    the threads (two parts on two threads each get it all), at least :data:`MIN_PART_S`;
-    parts it leaves unproved are searched again from the start with what is left (the
-    same deterministic search, only longer: a part it proves is canonical too), and keep
-    the better of their two solutions and bounds.  The result is optimal only when every
+    the threads (two parts on two threads each get it all), at least :data:`MIN_PART_S`
+    where that leaves every part its turn; parts it leaves unproved are searched again
+    from the start with what is left when that is more than they had (the same
+    deterministic search, only longer: a part it proves is canonical too), and keep the
+    better of their two solutions and bounds.  The result is optimal only when every
     part is, and its bound is the sum of the parts' bounds.  A part without a
     solution makes the whole plan the heuristic's, against the parts' bounds; an
     infeasible part makes the model infeasible.  ``progress`` is called once, with the
@@ -375,14 +376,17 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         found[i].take(status, solver)
 
     first = end - start
-    _run(threads, [(search, (i, max(MIN_PART_S, first * min(
-        1.0, threads * len(parts[i].index) / all_vars)))) for i in largest_first])
+    floor = min(MIN_PART_S, first * threads / len(parts))  # only where every part fits
+    shares = {i: max(floor, first * min(1.0, threads * len(parts[i].index) / all_vars))
+              for i in largest_first}
+    _run(threads, [(search, (i, shares[i])) for i in largest_first])
     if any(f.status == cp_model.INFEASIBLE for f in found):
         return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
     # the same search again with all the time left (no hint from the first: it would
     # make the answer depend on where the clock stopped that one)
+    left = end - time.perf_counter()
     _run(threads, [(search, (i, math.inf)) for i in largest_first
-                   if found[i].status != cp_model.OPTIMAL])
+                   if found[i].status != cp_model.OPTIMAL and left > shares[i]])
     if any(f.status == cp_model.INFEASIBLE for f in found):
         return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
     bound = sum(f.bound for f in found)
@@ -442,8 +446,9 @@ class _PartSearch:
 
 
 def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:
-    """Run ``calls`` in order on ``threads`` threads (inline on one); the first error
-    raised is raised here, after every call has returned (the ones after it run too)."""
+    """Run ``calls`` in order on ``threads`` threads (inline on one, stopping at the
+    first error); the first error raised is raised here, once the pool's calls have
+    returned (on threads, the ones after it run too)."""
     if threads <= 1 or len(calls) <= 1:
         for f, args in calls:
             f(*args)

@@ -237,6 +237,7 @@ def test_a_split_that_lost_is_measured_again_soon(monkeypatch) -> None:
     assert len(checked) == before and not _splits_settled(ck)
     np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
     assert len(checked) == before + 1  # measuring again, on the checked path
+    assert _prep(ck)[9] == [1]  # once in a row with a lost split: the next wait doubles
     runtime.shutdown_workers()
 
 

@@ -185,3 +185,27 @@ def test_retention_bound_and_best_fit() -> None:
     assert len(_pool(p.module)[0]) == 2
     _drain(p.module)
     assert _pool(p.module) == ([], 0)
+
+
+def test_only_the_most_recently_compiled_modules_keep_their_buffers() -> None:
+    # the first kernel's pool fills; compiling POOLED_MODULES other pooled kernels drains
+    # it (a sweep compiling one kernel per plan keeps a bounded amount); asking for the
+    # first again makes it the newest, and its next call refills it
+    from planner.lower.cpu import runtime
+
+    cache = KernelCache()
+    configs = [dataclasses.replace(CONFIG, small_mma=i) for i in range(runtime.POOLED_MODULES + 1)]
+    a, b, _ = _operands(300, 260, 270, 7)
+    first = _kernel("gemm", 300, 260, 270, configs[0], cache)
+    first(A=a, B=b, C=np.empty((300, 260), np.float32), threads=1)
+    assert _pool(first._code.module)[1] > 0
+    for config in configs[1:-1]:
+        _kernel("gemm", 300, 260, 270, config, cache)
+    assert _pool(first._code.module)[1] > 0  # POOLED_MODULES - 1 others: still kept
+    _kernel("gemm", 300, 260, 270, configs[-1], cache)
+    assert _pool(first._code.module) == ([], 0)  # the oldest of POOLED_MODULES + 1
+    again = _kernel("gemm", 300, 260, 270, configs[0], cache)  # a cache hit: the newest
+    again(A=a, B=b, C=np.empty((300, 260), np.float32), threads=1)
+    assert _pool(again._code.module)[1] > 0
+    _kernel("gemm", 300, 260, 270, configs[1], cache)
+    assert _pool(again._code.module)[1] > 0  # not the oldest any more

@@ -281,3 +281,36 @@ def test_renumbered_parts_keep_a_constraint_without_a_kind() -> None:
         assert s.Solve(part.model) == cp_model.OPTIMAL
         total_value += round(s.ObjectiveValue())
     assert total_value == round(whole.ObjectiveValue()) == len(pairs)
+
+
+def test_every_part_gets_a_turn_when_the_limit_is_short(monkeypatch) -> None:
+    # parts that use up their whole first share (here: each search sleeps out its limit,
+    # then stops at its first solution); under a 1 s limit on one thread the floor of
+    # MIN_PART_S must not starve the last parts, or the heuristic replaces every part
+    import planner.solve.decompose as decompose
+
+    real = decompose._solver
+    limits: list[float] = []
+
+    class Slow(cp_model.CpSolver):
+        def Solve(self, m, callback=None):  # type: ignore[no-untyped-def, override]
+            time.sleep(self.parameters.max_time_in_seconds * 0.95)
+            self.parameters.stop_after_first_solution = True
+            return super().Solve(m)
+
+    def solver(limit: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+        limits.append(limit)
+        s = Slow()
+        s.parameters.copy_from(real(limit, workers, seed).parameters)
+        return s
+
+    monkeypatch.setattr(decompose, "_solver", solver)
+
+    def no_fallback(*_: object, **__: object) -> None:
+        raise AssertionError("every part has a solution: the heuristic is not needed")
+
+    monkeypatch.setattr(decompose, "fallback_assignment", no_fallback)
+    p = _problem(3)
+    result = solve_parts(build_model(p), time_limit_s=1.0, workers=1, batch=1, min_vars=0)
+    assert len(limits) >= 3 and sum(limits[:3]) <= 1.0 + 1e-9
+    assert result is not None and result.status in ("feasible", "optimal")

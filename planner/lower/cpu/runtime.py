@@ -49,6 +49,7 @@ import os
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,17 +231,43 @@ def _cache_key(kernel: Kernel, plan: MaterializationPlan | None, target: Any,
     return h.hexdigest()
 
 
-def _drain(module: CompiledModule) -> None:
-    ctypes.CFUNCTYPE(None)(module.address(POOL_DRAIN_SYMBOL))()
+def _drain(module: CompiledModule, drain: Any) -> None:
+    drain()  # ``module`` rides along: its engine must outlive the call
+
+
+#: The buffer pools of at most this many modules, the ones most recently asked for by
+#: ``compile_kernel``, keep their buffers: asking for another drains the oldest (a sweep
+#: that measures 50 plans would otherwise keep up to 64 MiB for each).  A drained pool
+#: refills on its module's next call.
+POOLED_MODULES = 4
+_pooled: OrderedDict[int, tuple[CompiledModule, Any]] = OrderedDict()  # oldest first
+_pooled_lock = threading.Lock()
+_drain_of: weakref.WeakKeyDictionary[CompiledModule, Any] = weakref.WeakKeyDictionary()
 
 
 def _drain_on_discard(code: _Code) -> None:
     """Free what the module's buffer pool (:func:`~planner.lower.cpu.gemm.buffer_pool`)
-    holds once ``code`` is discarded. The finalizer holds the CompiledModule, so its
-    engine (the pool's code and globals) outlives the drain; no call runs then (a call
-    holds ``code``), and one of another ``_Code`` on the same cached module only takes
-    or gives buffers under the pool's lock. Not at exit: the process's memory goes."""
-    weakref.finalize(code, _drain, code.module).atexit = False
+    holds once ``code`` is discarded (and as :func:`_keep_pool` says). The drain
+    function is resolved now (a finalizer must not take the module's locks) and the
+    finalizer holds the CompiledModule, so its engine (the pool's code and globals)
+    outlives the drain; a drain while another thread's call runs only frees buffers in
+    the pool, under its lock. Not at exit: the process's memory goes."""
+    drain = ctypes.CFUNCTYPE(None)(code.module.address(POOL_DRAIN_SYMBOL))
+    weakref.finalize(code, _drain, code.module, drain).atexit = False
+    with _pooled_lock:
+        _drain_of[code.module] = drain
+    _keep_pool(code.module, drain)
+
+
+def _keep_pool(module: CompiledModule, drain: Any) -> None:
+    """Mark ``module``'s pool the most recently asked for; drain the pools past
+    :data:`POOLED_MODULES`."""
+    with _pooled_lock:
+        _pooled[id(module)] = (module, drain)
+        _pooled.move_to_end(id(module))
+        old = [_pooled.popitem(last=False)[1] for _ in range(len(_pooled) - POOLED_MODULES)]
+    for _, older in old:
+        older()
 
 
 def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: object = None,
@@ -275,6 +302,11 @@ def compile_kernel(kernel: Kernel, plan: MaterializationPlan | None, target: obj
         if refusal is None and POOL_DRAIN_SYMBOL in module.globals:
             _drain_on_discard(made)
         code = use.put(key, made)
+    else:
+        with _pooled_lock:
+            drain = _drain_of.get(code.module)
+        if drain is not None:
+            _keep_pool(code.module, drain)
     if threads is None:
         costs = getattr(tgt, "costs", None)
         threads = int(costs.concurrent_instances) if costs is not None else _machine_threads()
