@@ -209,3 +209,38 @@ def test_only_the_most_recently_compiled_modules_keep_their_buffers() -> None:
     assert _pool(again._code.module)[1] > 0
     _kernel("gemm", 300, 260, 270, configs[1], cache)
     assert _pool(again._code.module)[1] > 0  # not the oldest any more
+
+
+def test_a_forked_child_runs_gemm_with_a_pool_locked_at_the_fork() -> None:
+    # the pool's lock held at the fork (here: set by hand, as a worker mid-take leaves
+    # it) is another thread's in the child; the child empties its pools and runs
+    import multiprocessing
+    import sys
+
+    from planner.lower.cpu.gemm import POOL_LOCK_SYMBOL
+
+    if sys.platform != "linux":
+        pytest.skip("fork start method: Linux only in this test")
+    ck = _kernel("gemm", 200, 150, 130)
+    a, b, want = _operands(200, 150, 130, 11)
+    ck(A=a, B=b, C=np.empty((200, 150), np.float32), threads=1)
+    lock = ctypes.c_int32.from_address(ck._code.module.address(POOL_LOCK_SYMBOL))
+    lock.value = 1
+    try:
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+
+        def child() -> None:
+            got = ck(A=a, B=b, C=np.empty((200, 150), np.float32), threads=1)["C"]
+            queue.put(bool(np.allclose(got, want, rtol=1e-4, atol=1e-3)))
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        proc.join(20)
+        alive = proc.is_alive()
+        if alive:
+            proc.kill()
+        assert not alive, "the child spun on the pool's lock"
+        assert proc.exitcode == 0 and queue.get(timeout=5) is True
+    finally:
+        lock.value = 0

@@ -71,7 +71,13 @@ from planner.lower.cpu.config import (
     MMA_WORK_SYMBOL,
     CodegenConfig,
 )
-from planner.lower.cpu.gemm import POOL_DRAIN_SYMBOL
+from planner.lower.cpu.gemm import (
+    POOL_BYTES_SYMBOL,
+    POOL_DRAIN_SYMBOL,
+    POOL_LOCK_SYMBOL,
+    POOL_SLOTS,
+    POOL_SLOTS_SYMBOL,
+)
 from planner.lower.cpu.jit import (
     CompiledModule,
     TargetSpec,
@@ -160,6 +166,7 @@ def _after_fork_in_child() -> None:
     """A lock another thread may have held at the fork is free in the child."""
     global _state_lock
     _state_lock = threading.Lock()
+    _forget_pools_after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -243,6 +250,22 @@ POOLED_MODULES = 4
 _pooled: OrderedDict[int, tuple[CompiledModule, Any]] = OrderedDict()  # oldest first
 _pooled_lock = threading.Lock()
 _drain_of: weakref.WeakKeyDictionary[CompiledModule, Any] = weakref.WeakKeyDictionary()
+# per pooled module: the addresses of its pool's lock, slots and byte count (for a fork)
+_pool_state: weakref.WeakKeyDictionary[CompiledModule, tuple[int, int, int]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _forget_pools_after_fork() -> None:
+    """In a forked child, empty every pool without freeing (the lock may have been held
+    by a thread the child does not have, mid-update): the parent's buffers are the
+    child's copies, left to the process."""
+    global _pooled_lock
+    _pooled_lock = threading.Lock()
+    for lock, slots, held in list(_pool_state.values()):
+        ctypes.memset(slots, 0, 16 * POOL_SLOTS)
+        ctypes.c_int64.from_address(held).value = 0
+        ctypes.c_int32.from_address(lock).value = 0
+    _pooled.clear()
 
 
 def _drain_on_discard(code: _Code) -> None:
@@ -254,8 +277,11 @@ def _drain_on_discard(code: _Code) -> None:
     the pool, under its lock. Not at exit: the process's memory goes."""
     drain = ctypes.CFUNCTYPE(None)(code.module.address(POOL_DRAIN_SYMBOL))
     weakref.finalize(code, _drain, code.module, drain).atexit = False
+    at = tuple(code.module.address(s) for s in (POOL_LOCK_SYMBOL, POOL_SLOTS_SYMBOL,
+                                                 POOL_BYTES_SYMBOL))
     with _pooled_lock:
         _drain_of[code.module] = drain
+        _pool_state[code.module] = at
     _keep_pool(code.module, drain)
 
 
