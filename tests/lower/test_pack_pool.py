@@ -215,12 +215,9 @@ def test_a_forked_child_runs_gemm_with_a_pool_locked_at_the_fork() -> None:
     # the pool's lock held at the fork (here: set by hand, as a worker mid-take leaves
     # it) is another thread's in the child; the child empties its pools and runs
     import multiprocessing
-    import sys
 
     from planner.lower.cpu.gemm import POOL_LOCK_SYMBOL
 
-    if sys.platform != "linux":
-        pytest.skip("fork start method: Linux only in this test")
     ck = _kernel("gemm", 200, 150, 130)
     a, b, want = _operands(200, 150, 130, 11)
     ck(A=a, B=b, C=np.empty((200, 150), np.float32), threads=1)
