@@ -53,11 +53,6 @@ class Relaxation:
     seconds: float
 
 
-def _proto(bm: BuiltModel) -> cp_model_pb2.CpModelProto | None:
-    """The model as a protobuf message (:func:`planner.solve.proto.model_message`)."""
-    return model_message(bm.model)
-
-
 def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                     np.ndarray, np.ndarray, int]:
     """The relaxation's rows as (row of each nonzero, variable, coefficient, row lower
@@ -140,7 +135,7 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0) -> Relaxation | None:
     solver = mb.Solver("highs")
     if not solver.solver_is_supported():
         return None
-    proto = _proto(bm)
+    proto = model_message(bm.model)
     if proto is None:
         return None
     n = len(proto.variables)

@@ -158,6 +158,11 @@ def test_the_split_decision_compares_the_fastest_runs_of_each_way() -> None:
     assert t.record(False, 5e-6) is t and t.record(False, 50e-6) is False and not t.split
 
 
+def _call_matches(ck, x, want) -> None:  # type: ignore[no-untyped-def]
+    """One call of ``ck`` on ``x``, checked against ``want``."""
+    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+
+
 def _count_checked(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
     """A list that grows by one on every call that takes the checked path."""
     checked: list[int] = []
@@ -183,8 +188,7 @@ def _until_settled(ck, x, want, checked) -> None:  # type: ignore[no-untyped-def
     run no worker joined, the other core busy, e.g. under xdist, is not counted, so
     deciding may take a few more calls)."""
     while not checked or not _splits_settled(ck):
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)
+        _call_matches(ck, x, want)
         assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
 
 
@@ -199,10 +203,9 @@ def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch)
     assert len(checked) >= 2 * runtime._SPLIT_SAMPLES + 1
     before = len(checked)
     for _ in range(7):  # steady: the fast path, until the 7th call forgets the decision
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)
+        _call_matches(ck, x, want)
     assert len(checked) == before and not _splits_settled(ck)
-    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+    _call_matches(ck, x, want)
     assert len(checked) == before + 1  # measuring again, on the checked path
     runtime.shutdown_workers()
 
@@ -232,10 +235,9 @@ def test_a_split_that_lost_is_measured_again_soon(monkeypatch) -> None:
     assert any(t > 0 for t in p[7])  # the lost split's 1-worker seconds are kept
     before = len(checked)
     for _ in range(runtime._MIN_REDECIDE_CALLS):
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)
+        _call_matches(ck, x, want)
     assert len(checked) == before and not _splits_settled(ck)
-    np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5, atol=1e-6)
+    _call_matches(ck, x, want)
     assert len(checked) == before + 1  # measuring again, on the checked path
     assert _prep(ck)[9] == [1]  # once in a row with a lost split: the next wait doubles
     runtime.shutdown_workers()
@@ -284,8 +286,7 @@ def test_a_split_segment_runs_through_the_native_gate_and_the_work_pool(monkeypa
     x = _x(803, 3000, 11)  # 201 row blocks, the last one partial; ~1 ms a call, so a
     want = _want(k, x)     # worker joins a split run even with the other core busy
     for i in range(6 * runtime._SPLIT_SAMPLES):  # decide: alternating runs (a split run
-        np.testing.assert_allclose(ck(X=x, Y=np.empty_like(x))["Y"], want, rtol=1e-5,
-                                   atol=1e-6)  # no worker joined is not counted)
+        _call_matches(ck, x, want)  # no worker joined is not counted)
         if i > 2 * runtime._SPLIT_SAMPLES and ck._last is not None and ck._last.settled:
             break
     checked = []

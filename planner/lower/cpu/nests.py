@@ -372,7 +372,7 @@ class _Nests(_Elements):
             return None
         if _coeff(self.view_offset(d.view, d.index), var) != Const(1):
             return None
-        known = _view_bytes(self.cg.program).const_value()
+        known = view_bytes(self.cg.program).const_value()
         if known is not None and known < STREAM_MIN_BYTES:
             return None
         return views[0]
@@ -394,7 +394,7 @@ class _Nests(_Elements):
         if threshold is None:
             threshold = ir.GlobalVariable(self.module, I64, STREAM_THRESHOLD_SYMBOL)
             threshold.initializer = c64(STREAM_MIN_BYTES)
-        big = b.icmp_signed(">=", self.expr(_view_bytes(self.cg.program)),
+        big = b.icmp_signed(">=", self.expr(view_bytes(self.cg.program)),
                             b.load(threshold))
         head = b.lshr(b.and_(b.sub(c64(0), addr), c64(vb - 1)), c64(2))
         return b.and_(aligned, big), head
@@ -550,7 +550,7 @@ STREAM_THRESHOLD_SYMBOL = "planner.stream_min_bytes"
 _LINE = 64  # bytes of a cache line; streamed stores write whole lines
 
 
-def _view_bytes(program: lp.LoopProgram) -> Expr:
+def view_bytes(program: lp.LoopProgram) -> Expr:
     """The bytes of every view of ``program`` together."""
     return add(*(mul(_align(_mem_type(p.dtype)), product(p.shape)) for p in program.params))
 

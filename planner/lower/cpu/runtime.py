@@ -86,8 +86,7 @@ from planner.lower.cpu.jit import (
     host_target,
     missing_features,
 )
-from planner.lower.cpu.nests import STREAM_THRESHOLD_SYMBOL
-from planner.lower.cpu.nests import _view_bytes as view_bytes
+from planner.lower.cpu.nests import STREAM_THRESHOLD_SYMBOL, view_bytes
 from planner.lower.loops.program import LoopProgram, build_loop_program
 from planner.plan.decisions import MaterializationPlan
 from planner.realize.storage import align
