@@ -1,5 +1,7 @@
 """A split segment of packed mmas runs one contiguous piece per thread, so each thread
-packs each A row panel and B column panel of its instances once (issue 13).
+packs each A row panel and B column panel of its instances once (issue 13); with at most
+four instances per thread it runs one piece per instance (edge tiles of unequal work
+balance only when taken one at a time), each packing its own panels.
 
 Counted with ``CodegenConfig(count_work=True)`` (``CompiledKernel.mma_packed``: bytes of
 source elements packed); the expected figures are computed here from the shapes and the
@@ -27,12 +29,12 @@ CONFIG = dataclasses.replace(CodegenConfig.for_target(TARGET), count_work=True)
 TILE = 128
 
 
-def _expected(m: int, n: int, k: int, threads: int) -> int:
-    """Bytes packed by ``threads`` contiguous pieces of the row-major tile grid."""
+def _expected(m: int, n: int, k: int, pieces: int) -> int:
+    """Bytes packed by ``pieces`` contiguous pieces of the row-major tile grid."""
     gm, gn = -(-m // TILE), -(-n // TILE)
     total, count = 0, gm * gn
-    for t in range(threads):
-        lo, hi = count * t // threads, count * (t + 1) // threads
+    for t in range(pieces):
+        lo, hi = count * t // pieces, count * (t + 1) // pieces
         rows = {i // gn for i in range(lo, hi)}
         cols = {i % gn for i in range(lo, hi)}
         total += sum(min(TILE, m - r * TILE) for r in rows) * k
@@ -46,9 +48,12 @@ def _always_split(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "_SPLIT_GAIN", 1e9)
 
 
-@pytest.mark.parametrize("mnk", [(512, 512, 512), (300, 200, 130), (384, 640, 256)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_two_threads_pack_each_panel_once_per_thread(mnk) -> None:
+# (shape, pieces on two threads): 16 and 15 tiles, more than 4 per thread: one piece per
+# thread; 6 tiles: one piece per tile
+@pytest.mark.parametrize(("mnk", "pieces"), [((512, 512, 512), 2), ((300, 200, 130), 6),
+                                             ((384, 640, 256), 2)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else "")
+def test_two_threads_pack_each_panel_once_per_thread(mnk, pieces) -> None:
     m, n, k = mnk
     g = load_example(builtin_examples_dir() / "gemm.py").module
     kern = g.make_gemm(g.GemmConfig(TILE, TILE, TILE, 2))
@@ -58,8 +63,8 @@ def test_two_threads_pack_each_panel_once_per_thread(mnk) -> None:
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     want = a.astype(np.float64) @ b.astype(np.float64)
-    alone, split = _expected(m, n, k, 1), _expected(m, n, k, 2)
-    assert split < 2 * alone  # sanity of the figures: two threads, at most each panel twice
+    alone, split = _expected(m, n, k, 1), _expected(m, n, k, pieces)
+    assert split < pieces * alone  # sanity of the figures: at most each panel per piece
     before = ck.mma_packed
     one = ck(A=a, B=b, C=np.zeros((m, n), np.float32), threads=1)["C"].copy()
     assert ck.mma_packed - before == alone

@@ -183,3 +183,17 @@ def test_a_job_no_worker_joined_says_so(monkeypatch, recorder):
         assert not all(joined)  # the caller ran the one piece before the worker woke
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize(("n", "chunks", "per", "want"), [
+    (100, 2, 4, 8),  # up to 4 pieces per thread
+    (3, 2, 4, 3),  # never more pieces than instances
+    (17, 2, 1, 2),  # one contiguous piece per thread (packs kept across instances)
+    (8, 2, 1, 8),  # ... but at most 4 instances per thread: one piece each
+    (6, 2, 1, 6),
+    (16, 4, 1, 16),
+    (9, 1, 1, 1),  # one thread: one piece
+    (0, 2, 4, 0),
+])
+def test_piece_count(n, chunks, per, want):
+    assert workpool.piece_count(n, chunks, per) == want

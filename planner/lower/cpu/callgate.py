@@ -19,8 +19,8 @@ whose object header is larger.
 
 Context block (``int64`` words): ``[type(ndarray), nparams, nsegments, syms, strides,
 bufinfo]``, then per parameter ``[nd, id(dtype), needs_writeable, *dims, *byte_strides]``,
-then per segment to run ``[function address, instances, helper workers, pieces per
-worker]``.  The gate's
+then per segment to run ``[function address, instances, helper workers, pieces]``
+(:func:`~planner.lower.cpu.workpool.piece_count`).  The gate's
 other arguments are the address table of the worker arenas (worker 0's first), the
 global arena and the pool block (whose word ``workpool.RUN_WORD`` holds the pool's
 run function).
@@ -173,13 +173,9 @@ spool:
   %run.i = load i64, i64* %run.p
   %run = inttoptr i64 %run.i to i64 (i64*, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                                      i64)*
-  %chunks = add i64 %helpers, 1
   %cs3p = add i64 %cs, 3
-  %per.p = getelementptr i64, i64* %ctx, i64 %cs3p
-  %per = load i64, i64* %per.p
-  %most = mul i64 %chunks, %per
-  %fewer = icmp slt i64 %n, %most
-  %pieces = select i1 %fewer, i64 %n, i64 %most
+  %pieces.p = getelementptr i64, i64* %ctx, i64 %cs3p
+  %pieces = load i64, i64* %pieces.p
   %syms.w = ptrtoint i64* %syms to i64
   %views.w = ptrtoint i8** %views to i64
   %str.w = ptrtoint i64* %str to i64
@@ -299,5 +295,5 @@ def context_block(arrays: Sequence[np.ndarray], writes: Sequence[bool], syms: in
     for a, w in zip(arrays, writes, strict=True):
         words += [a.ndim, id(a.dtype), int(w), *a.shape, *a.strides]
     for fn, n, helpers, per in segments:
-        words += [fn, n, helpers, max(1, per)]
+        words += [fn, n, helpers, workpool.piece_count(n, helpers + 1, per)]
     return np.array(words, dtype=np.int64)

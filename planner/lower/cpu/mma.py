@@ -42,7 +42,8 @@ class _Mma(_Nests):
     pack_tables: tuple[ir.Value, ir.Value] | None = None
     #: Whether a packed mma of the segment may keep packed blocks of a read-only view
     #: across instances (its tile not statically small): the runtime then splits the
-    #: segment into one contiguous piece per thread (``ModuleInfo.pieces``).
+    #: segment into one contiguous piece per thread (``ModuleInfo.pieces``) where it
+    #: has more than a few instances per thread (:func:`.workpool.piece_count`).
     keeps_packs: bool = False
 
     def mma(self, s: lp.Mma, in_place: bool = False) -> None:

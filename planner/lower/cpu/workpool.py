@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WorkPool", "shared_pool", "shutdown", "started_threads"]
+__all__ = ["WorkPool", "piece_count", "shared_pool", "shutdown", "started_threads"]
 
 _WORDS = 64
 _GEN, _STOP = 0, 32
@@ -207,6 +207,22 @@ out:
 """
 
 
+def piece_count(n: int, chunks: int, per_worker: int = PIECES_PER_WORKER) -> int:
+    """How many pieces ``n`` instances split on ``chunks`` threads are cut into: up to
+    ``per_worker`` per thread.  A segment asking for one contiguous piece per thread (it
+    keeps packed GEMM blocks across consecutive instances) still gets one piece per
+    instance when it has at most :data:`PIECES_PER_WORKER` instances per thread: a few
+    instances of unequal work (edge tiles) balance only when taken one at a time (a
+    300x200 GEMM's six 128x128 tiles cut 70/30 into two halves), and a few instances
+    reuse few packs."""
+    if chunks <= 1 or n <= 0:
+        return max(0, min(n, 1))
+    per = max(1, per_worker)
+    if per == 1 and n <= chunks * PIECES_PER_WORKER:
+        return n
+    return min(n, chunks * per)
+
+
 def _relax() -> tuple[str, str]:
     """The spin-wait hint of the host: x86 ``pause``, AArch64 ``yield``, else nothing."""
     import llvmlite.binding as llvm
@@ -345,7 +361,7 @@ class WorkPool:
             alone()
             return False
         try:
-            pieces = min(n, chunks * max(1, per_worker))
+            pieces = piece_count(n, chunks, per_worker)
             mine = self._run(self._addr, fn, n, pieces, chunks - 1, *base, arenas, *tail)
         finally:
             self.leave()
