@@ -22,7 +22,8 @@ class ModuleInfo:
     view_rank_offsets: tuple[int, ...]  # index of each view's first stride
     #: per segment: how many contiguous pieces per thread a split call cuts it into
     #: (1 where its mmas keep packed blocks across the instances of one call: one piece
-    #: per thread packs each block once per thread)
+    #: per thread packs each block once per thread), as
+    #: :func:`~planner.lower.cpu.workpool.piece_count` applies it
     pieces: tuple[int, ...] = ()
 
 
