@@ -242,6 +242,46 @@ def test_stream_decision_per_thread_count_drives_the_threshold_and_the_results(
         assert len(checked) == before  # the fast path set it
 
 
+def test_the_stream_decision_is_measured_again_after_the_steady_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one thread, so no split decides anything: after _REDECIDE_CALLS fast calls the
+    # streamed-store decision is forgotten and its trial runs again on checked calls
+    from planner.lower.cpu import runtime
+
+    monkeypatch.setattr(runtime, "_REDECIDE_CALLS", 5)
+    n = 1 << 21
+    ck = _compiled("gelu", {"N": n})
+    x = np.linspace(-4, 4, n, dtype=np.float32)
+    out = next(p.name for p in ck.loop_program.params if not p.readonly)
+    checked = []
+    real = runtime.CompiledKernel._run_checked
+    monkeypatch.setattr(runtime.CompiledKernel, "_run_checked",
+                        lambda self, *a, **kw: checked.append(1) or real(self, *a, **kw))
+    first = None
+
+    def call() -> None:
+        nonlocal first
+        got = ck({"X": x}, threads=1, **{out: np.empty_like(x)})[out]
+        if first is None:
+            first = got.copy()
+        np.testing.assert_array_equal(got, first)  # streamed or not: the same values
+
+    def state() -> object:
+        (prep,) = [c[4] for c in ck._calls.values()]
+        return prep[10].get(1)
+
+    trial = 2 * runtime._STREAM_SAMPLES
+    for _ in range(trial):
+        call()
+    assert isinstance(state(), bool) and len(checked) == trial
+    for _ in range(5):  # the steady calls: fast, until the fifth forgets the decision
+        call()
+    assert len(checked) == trial and state() is None
+    for _ in range(trial):  # the trial again, on checked calls
+        call()
+    assert isinstance(state(), bool) and len(checked) == 2 * trial
+
+
 def test_a_split_that_keeps_losing_waits_twice_as_long_each_time() -> None:
     from planner.lower.cpu import runtime
 

@@ -506,11 +506,13 @@ class CompiledKernel:
         return {name: objs[i] for name, i in fast.outputs}
 
     def _retime(self, fast: _FastCall) -> None:
-        """Forget the split decisions of ``fast``'s signature (and its fast plan): its
-        next calls take the checked path and measure them again.  Each time a split that
-        lost is measured again, the next measurement waits twice as long (prep[9]); its
-        streamed-store decision stays."""
+        """Forget the split decisions of ``fast``'s signature and its streamed-store
+        decision for ``fast``'s thread count (and its fast plan): its next calls take the
+        checked path and measure them again.  Each time a split that lost is measured
+        again, the next measurement waits twice as long (prep[9])."""
         split, declined = fast.prep[6], fast.prep[7]
+        if isinstance(fast.prep[10].get(fast.threads), bool):
+            del fast.prep[10][fast.threads]
         rounds = fast.prep[9]
         rounds[0] = rounds[0] + 1 if any(declined) else 0  # a lost split measured again
         for i, state in enumerate(split):
@@ -597,7 +599,9 @@ class CompiledKernel:
             params=tuple((p.name, None if p.name in given else (a.shape, a.dtype))
                          for p, a in zip(prog.params, objs, strict=True)),
             outputs=tuple((p.name, i) for i, p in enumerate(prog.params) if not p.readonly),
-            key=key, prep=prep, retime=threads > 1 and any(n > 1 for n in prep[3]),
+            key=key, prep=prep,
+            retime=(threads > 1 and any(n > 1 for n in prep[3]))
+            or isinstance(prep[10].get(threads), bool),
             redecide=_redecide_calls(prep[7], prep[9][0]),
             big=prep[8] >= nests.STREAM_MIN_BYTES,
             worker=worker, glob=glob, inline=_all_inline(prep), settled=_settled(prep),
@@ -833,7 +837,7 @@ class _FastCall:
     keep: tuple[Any, ...]  # the tables (and dtypes) whose addresses ctx holds
     key: tuple[object, ...] = ()  # the call signature
     prep: tuple[Any, ...] = ()  # the signature's prepared call (its split states)
-    retime: bool = False  # its split decisions are measured again now and then
+    retime: bool = False  # its split and streaming decisions are measured again now and then
     calls: int = 0  # steady calls since they were made
     redecide: int = 0  # measure them again after this many steady calls (_redecide_calls)
     big: bool = False  # its views are large enough for its rows to stream (_StreamTrial)
@@ -928,7 +932,10 @@ def _redecide_calls(declined: list[float], rounds: int = 0) -> int:
 #: Calls whose views hold at least ``nests.STREAM_MIN_BYTES`` alternate between streamed
 #: and plain stores (the module global ``nests.STREAM_THRESHOLD_SYMBOL``) until each way
 #: has :data:`_STREAM_SAMPLES` runs, once the call's split decisions are made; the faster
-#: minimum wins, for that call signature and thread count, once (not measured again).
+#: minimum wins, for that call signature and thread count, and is measured again with
+#: the split decisions (``_redecide_calls``: a decision taken while another process held
+#: the memory bus does not stick; in one peers run GELU on 2 threads kept plain stores at
+#: 5.1 ms where streamed ones ran 3.8 ms).
 #: The global is the module's: concurrent calls of other signatures or thread counts may
 #: set it while a call runs (its rows then stream or not: the results are the same, the
 #: trial's timings less clean).  Whether streaming pays depends on the host: on an Intel
