@@ -31,6 +31,7 @@ finished in 11 s) to a few milliseconds per part.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -346,8 +347,9 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     better of their two solutions and bounds.  The result is optimal only when every
     part is, and its bound is the sum of the parts' bounds.  A part without a
     solution makes the whole plan the heuristic's, against the parts' bounds; an
-    infeasible part makes the model infeasible.  ``progress`` is called once, with the
-    final objective and bound.
+    infeasible part makes the model infeasible and stops the searches still running
+    (:class:`_Running`).  ``progress`` is called once, with the final objective and
+    bound.
     """
     start = time.perf_counter()
     end = start + time_limit_s if deadline is None else min(start + time_limit_s, deadline)
@@ -362,17 +364,25 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     all_vars = sum(len(p.index) for p in parts)
     largest_first = sorted(range(len(parts)), key=lambda i: -len(parts[i].index))
     found = [_PartSearch() for _ in parts]
+    running = _Running()
 
     def search(i: int, share: float) -> None:
         left = end - time.perf_counter()
         if left <= 0.01:
             return
         solver = _solver(min(left, share), 1)
-        status = solver.Solve(parts[i].model)
+        if not running.enter(solver):
+            return  # a part was proved infeasible: so is the whole model
+        try:
+            status = solver.Solve(parts[i].model)
+        finally:
+            running.leave(solver)
         if status == cp_model.MODEL_INVALID:
             raise PlannerError(Diagnostic("internal error: CP-SAT rejected a part of the "
                                           "planning model: "
                                           + parts[i].model.Validate()[:500]), kind="internal")
+        if status == cp_model.INFEASIBLE:
+            running.stop()
         found[i].take(status, solver)
 
     first = end - start
@@ -443,6 +453,33 @@ class _PartSearch:
             self.status = status
         elif self.status == cp_model.UNKNOWN:
             self.status = cp_model.FEASIBLE
+
+
+class _Running:
+    """The part searches in progress; :meth:`stop` ends them and refuses new ones (an
+    infeasible part makes the whole model infeasible: the other parts' searches, up to
+    the whole time limit, would only delay that answer)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._solvers: set[cp_model.CpSolver] = set()
+        self.stopped = False
+
+    def enter(self, solver: cp_model.CpSolver) -> bool:
+        with self._lock:
+            if not self.stopped:
+                self._solvers.add(solver)
+            return not self.stopped
+
+    def leave(self, solver: cp_model.CpSolver) -> None:
+        with self._lock:
+            self._solvers.discard(solver)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            for solver in self._solvers:
+                solver.stop_search()
 
 
 def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:

@@ -314,3 +314,47 @@ def test_every_part_gets_a_turn_when_the_limit_is_short(monkeypatch) -> None:
     result = solve_parts(build_model(p), time_limit_s=1.0, workers=1, batch=1, min_vars=0)
     assert len(limits) >= 3 and sum(limits[:3]) <= 1.0 + 1e-9
     assert result is not None and result.status in ("feasible", "optimal")
+
+
+def test_an_infeasible_part_stops_the_other_searches(monkeypatch) -> None:
+    # two parts on two threads: one made infeasible (CP-SAT proves it at once), the other
+    # a search that would run out its 20 s limit unless it is stopped
+    import planner.solve.decompose as decompose
+
+    real = decompose._solver
+    stopped: list[bool] = []
+
+    class Slow(cp_model.CpSolver):
+        def Solve(self, m, callback=None):  # type: ignore[no-untyped-def, override]
+            self._stop = False
+            status = super().Solve(m)
+            if status == cp_model.INFEASIBLE:
+                return status
+            until = time.perf_counter() + self.parameters.max_time_in_seconds
+            while not self._stop and time.perf_counter() < until:
+                time.sleep(0.005)
+            stopped.append(self._stop)
+            return status
+
+        def stop_search(self) -> None:  # type: ignore[override]
+            self._stop = True
+            super().stop_search()
+
+    def solver(limit: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+        s = Slow()
+        s.parameters.copy_from(real(limit, workers, seed).parameters)
+        return s
+
+    monkeypatch.setattr(decompose, "_solver", solver)
+    bm = build_model(_problem(2))
+    terms, _, _ = objective_terms(bm)
+    parts = split(bm.model, terms, batch=1, min_vars=0)
+    assert parts is not None and len(parts) == 2
+    v = bm.model.GetIntVarFromProtoIndex(min(parts[1].index))
+    bm.model.Add(v >= 1)
+    bm.model.Add(v <= 0)
+    t0 = time.perf_counter()
+    result = solve_parts(bm, time_limit_s=20.0, workers=2, batch=1, min_vars=0)
+    assert result is not None and result.status == "infeasible"
+    assert time.perf_counter() - t0 < 5.0
+    assert stopped == [True]  # the other search was told to stop
