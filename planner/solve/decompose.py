@@ -243,6 +243,24 @@ class _Joint:
         for whole, own in part.index.items():
             self.values[whole] = bool(solution[own])
 
+    def fill(self, bm: BuiltModel, a: Assignment, unsolved: set[int]) -> None:
+        """Set the decision literals among the variables ``unsolved`` (of parts without
+        a solution) to plan ``a``'s choices, placements, versions and Memory homes.
+        Parts share no constraint, so ``a`` (legal as a whole) is legal on those parts,
+        and the parts' solutions on theirs."""
+        values = (
+            ((lit, a.choices[e] is c) for (e, c), lit in bm.x.items()),
+            ((lit, a.placement[vi] == q) for (vi, q), lit in bm.y.items()),
+            ((lit, a.versions[vi] == k) for (vi, k), lit in bm.u.items()),
+            ((lit, a.memory_versions[mi] == k) for (mi, k), lit in bm.mv.items()),
+            ((lit, a.memory_homes[mi] == h) for (mi, h), lit in bm.mh.items()),
+        )
+        for group in values:
+            for lit, value in group:
+                i = lit.Index()
+                if _var(i) in unsolved:
+                    self.values[_var(i)] = value if i >= 0 else not value
+
     def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
         i = lit.Index()
         return self.values[i] if i >= 0 else not self.values[-i - 1]
@@ -254,6 +272,24 @@ class _PartView:
     def __init__(self, part: Part, joint: _Joint) -> None:
         self.back = {own: whole for whole, own in part.index.items()}
         self.joint = joint
+
+    def fill(self, bm: BuiltModel, a: Assignment, unsolved: set[int]) -> None:
+        """Set the decision literals among the variables ``unsolved`` (of parts without
+        a solution) to plan ``a``'s choices, placements, versions and Memory homes.
+        Parts share no constraint, so ``a`` (legal as a whole) is legal on those parts,
+        and the parts' solutions on theirs."""
+        values = (
+            ((lit, a.choices[e] is c) for (e, c), lit in bm.x.items()),
+            ((lit, a.placement[vi] == q) for (vi, q), lit in bm.y.items()),
+            ((lit, a.versions[vi] == k) for (vi, k), lit in bm.u.items()),
+            ((lit, a.memory_versions[mi] == k) for (mi, k), lit in bm.mv.items()),
+            ((lit, a.memory_homes[mi] == h) for (mi, h), lit in bm.mh.items()),
+        )
+        for group in values:
+            for lit, value in group:
+                i = lit.Index()
+                if _var(i) in unsolved:
+                    self.values[_var(i)] = value if i >= 0 else not value
 
     def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
         i = lit.Index()
@@ -346,7 +382,8 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
     deterministic search, only longer: a part it proves is canonical too), and keep the
     better of their two solutions and bounds.  The result is optimal only when every
     part is, and its bound is the sum of the parts' bounds.  A part without a
-    solution makes the whole plan the heuristic's, against the parts' bounds; an
+    solution takes the heuristic plan's decisions (:meth:`_Joint.fill`), the other
+    parts keep theirs; an
     infeasible part makes the model infeasible and stops the searches still running
     (:class:`_Running`).  ``progress`` is called once, with the final objective and
     bound.
@@ -401,6 +438,10 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         return SolveResult("infeasible", None, 0, 0, time.perf_counter() - start)
     bound = sum(f.bound for f in found)
     low = offset + bound // weight * scale
+    joint = _Joint(len(bm.model.Proto().variables))
+    for part, f in zip(parts, found, strict=True):
+        if f.solver is not None:
+            joint.take(part, f.solver)
     if any(f.solver is None for f in found):
         until = time.perf_counter() + max(5.0, time_limit_s)
         fallback = fallback_assignment(bm.problem, bm.restrictions,
@@ -408,12 +449,13 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
                                        else min(until, deadline))
         if fallback is None:
             return SolveResult("unknown", None, 0, 0, time.perf_counter() - start)
-        ev = evaluate(bm.problem, fallback, bm.restrictions)
-        return SolveResult("feasible", fallback, ev.objective, min(low, ev.objective),
+        unsolved = {i for part, f in zip(parts, found, strict=True) if f.solver is None
+                    for i in part.index}
+        joint.fill(bm, fallback, unsolved)
+        mixed = decode(bm, joint)
+        ev = evaluate(bm.problem, mixed, bm.restrictions)
+        return SolveResult("feasible", mixed, ev.objective, min(low, ev.objective),
                            time.perf_counter() - start)
-    joint = _Joint(len(bm.model.Proto().variables))
-    for part, f in zip(parts, found, strict=True):
-        joint.take(part, f.solver)  # type: ignore[arg-type]
     optimal = all(f.status == cp_model.OPTIMAL for f in found)
     best = offset + sum(f.value for f in found) // weight * scale
     if progress is not None:

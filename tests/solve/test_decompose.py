@@ -358,3 +358,38 @@ def test_an_infeasible_part_stops_the_other_searches(monkeypatch) -> None:
     assert result is not None and result.status == "infeasible"
     assert time.perf_counter() - t0 < 5.0
     assert stopped == [True]  # the other search was told to stop
+
+
+def test_a_part_without_a_solution_takes_the_heuristics_choices_there_only(
+        monkeypatch) -> None:
+    # the searches of the second of three parts find nothing (1 ns each); the plan is the
+    # other parts' optima with the heuristic's choices on that part's edges
+    import planner.solve.decompose as decompose
+
+    p = _problem(3)
+    bm = build_model(p)
+    parts = split(bm.model, objective_terms(bm)[0], batch=1, min_vars=0)
+    assert parts is not None and len(parts) == 3
+    starved = set(parts[1].index)
+    real = decompose._solver
+    calls: list[int] = []
+
+    def solver(limit: float, workers: int, seed: int = 0) -> cp_model.CpSolver:
+        calls.append(1)
+        s = real(limit, workers, seed)
+        if len(calls) in (2, 4):  # part 1's first and second search (one thread, in order)
+            s.parameters.max_time_in_seconds = 1e-9
+        return s
+
+    monkeypatch.setattr(decompose, "_solver", solver)
+    result = solve_parts(build_model(p), time_limit_s=30, workers=1, batch=1, min_vars=0)
+    assert len(calls) == 4 and result is not None and result.status == "feasible"
+    whole = solve(build_model(p), time_limit_s=30).assignment
+    heuristic = model.fallback_assignment(p)
+    assert whole is not None and heuristic is not None
+    for (e, _), lit in bm.x.items():
+        source = heuristic if lit.Index() in starved else whole
+        assert result.assignment.choices[e] is source.choices[e], e  # type: ignore[union-attr]
+    assert {lit.Index() in starved for lit in bm.x.values()} == {True, False}
+    assert result.objective == model.evaluate(p, result.assignment).objective  # type: ignore[arg-type]
+    assert result.objective >= solve(build_model(p), time_limit_s=30).objective
