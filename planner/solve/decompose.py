@@ -273,24 +273,6 @@ class _PartView:
         self.back = {own: whole for whole, own in part.index.items()}
         self.joint = joint
 
-    def fill(self, bm: BuiltModel, a: Assignment, unsolved: set[int]) -> None:
-        """Set the decision literals among the variables ``unsolved`` (of parts without
-        a solution) to plan ``a``'s choices, placements, versions and Memory homes.
-        Parts share no constraint, so ``a`` (legal as a whole) is legal on those parts,
-        and the parts' solutions on theirs."""
-        values = (
-            ((lit, a.choices[e] is c) for (e, c), lit in bm.x.items()),
-            ((lit, a.placement[vi] == q) for (vi, q), lit in bm.y.items()),
-            ((lit, a.versions[vi] == k) for (vi, k), lit in bm.u.items()),
-            ((lit, a.memory_versions[mi] == k) for (mi, k), lit in bm.mv.items()),
-            ((lit, a.memory_homes[mi] == h) for (mi, h), lit in bm.mh.items()),
-        )
-        for group in values:
-            for lit, value in group:
-                i = lit.Index()
-                if _var(i) in unsolved:
-                    self.values[_var(i)] = value if i >= 0 else not value
-
     def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
         i = lit.Index()
         if i >= 0:
