@@ -509,9 +509,11 @@ class CompiledKernel:
         """Forget the split decisions of ``fast``'s signature and its streamed-store
         decision for ``fast``'s thread count (and its fast plan): its next calls take the
         checked path and measure them again.  Each time a split that lost is measured
-        again, the next measurement waits twice as long (prep[9])."""
+        again, the next measurement waits twice as long (prep[9]); those quick re-measures
+        of a lost split keep the streamed-store decision (its trial would run every few
+        calls), the regular ones (every ``_REDECIDE_CALLS``) measure it again."""
         split, declined = fast.prep[6], fast.prep[7]
-        if isinstance(fast.prep[10].get(fast.threads), bool):
+        if not any(declined) and isinstance(fast.prep[10].get(fast.threads), bool):
             del fast.prep[10][fast.threads]
         rounds = fast.prep[9]
         rounds[0] = rounds[0] + 1 if any(declined) else 0  # a lost split measured again
