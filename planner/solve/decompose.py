@@ -252,8 +252,11 @@ class _Joint:
             ((lit, a.choices[e] is c) for (e, c), lit in bm.x.items()),
             ((lit, a.placement[vi] == q) for (vi, q), lit in bm.y.items()),
             ((lit, a.versions[vi] == k) for (vi, k), lit in bm.u.items()),
-            ((lit, a.memory_versions[mi] == k) for (mi, k), lit in bm.mv.items()),
-            ((lit, a.memory_homes[mi] == h) for (mi, h), lit in bm.mh.items()),
+            # a heuristic plan leaves the Memory fields empty: 1 version, the first home
+            ((lit, (a.memory_versions[mi] if a.memory_versions else 1) == k)
+             for (mi, k), lit in bm.mv.items()),
+            ((lit, (a.memory_homes[mi] if a.memory_homes else 0) == h)
+             for (mi, h), lit in bm.mh.items()),
         )
         for group in values:
             for lit, value in group:
@@ -434,9 +437,17 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
         unsolved = {i for part, f in zip(parts, found, strict=True) if f.solver is None
                     for i in part.index}
         joint.fill(bm, fallback, unsolved)
-        mixed = decode(bm, joint)
-        ev = evaluate(bm.problem, mixed, bm.restrictions)
-        return SolveResult("feasible", mixed, ev.objective, min(low, ev.objective),
+        plan = fallback
+        ev = evaluate(bm.problem, fallback, bm.restrictions)
+        # every edge needs a chosen literal (a heuristic choice the model lacks has none)
+        decodable = all(any(joint.BooleanValue(lit) for lit in lits)
+                        for lits in _by_edge(bm).values())
+        if decodable:
+            mixed = decode(bm, joint)
+            mixed_ev = evaluate(bm.problem, mixed, bm.restrictions)
+            if mixed_ev.feasible and mixed_ev.objective < ev.objective:
+                plan, ev = mixed, mixed_ev
+        return SolveResult("feasible", plan, ev.objective, min(low, ev.objective),
                            time.perf_counter() - start)
     optimal = all(f.status == cp_model.OPTIMAL for f in found)
     best = offset + sum(f.value for f in found) // weight * scale
@@ -479,6 +490,14 @@ class _PartSearch:
             self.status = cp_model.FEASIBLE
 
 
+def _by_edge(bm: BuiltModel) -> dict[int, list[cp_model.IntVar]]:
+    """Each edge's choice literals."""
+    out: dict[int, list[cp_model.IntVar]] = {}
+    for (e, _), lit in bm.x.items():
+        out.setdefault(e, []).append(lit)
+    return out
+
+
 class _Running:
     """The part searches in progress; :meth:`stop` ends them and refuses new ones (an
     infeasible part makes the whole model infeasible: the other parts' searches, up to
@@ -500,10 +519,19 @@ class _Running:
             self._solvers.discard(solver)
 
     def stop(self) -> None:
+        """Refuse new searches and stop the running ones; returns once they returned
+        (a solver between :meth:`enter` and the start of its search ignores a stop, so
+        it is told again until it leaves; the caller's own search is over)."""
         with self._lock:
             self.stopped = True
-            for solver in self._solvers:
+        while True:
+            with self._lock:
+                solvers = list(self._solvers)
+            if not solvers:
+                return
+            for solver in solvers:
                 solver.stop_search()
+            time.sleep(0.005)
 
 
 def _run(threads: int, calls: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:

@@ -513,8 +513,9 @@ class CompiledKernel:
         of a lost split keep the streamed-store decision (its trial would run every few
         calls), the regular ones (every ``_REDECIDE_CALLS``) measure it again."""
         split, declined = fast.prep[6], fast.prep[7]
+        fast.calls = 0  # another thread's call of the same plan does not retime it again
         if not any(declined) and isinstance(fast.prep[10].get(fast.threads), bool):
-            del fast.prep[10][fast.threads]
+            fast.prep[10].pop(fast.threads, None)
         rounds = fast.prep[9]
         rounds[0] = rounds[0] + 1 if any(declined) else 0  # a lost split measured again
         for i, state in enumerate(split):
