@@ -192,21 +192,35 @@ def _until_settled(ck, x, want, checked) -> None:  # type: ignore[no-untyped-def
         assert len(checked) <= 6 * runtime._SPLIT_SAMPLES
 
 
-def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch) -> None:
-    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
-    monkeypatch.setattr(runtime, "_REDECIDE_CALLS", 7)
+def _settled_softmax(monkeypatch):  # type: ignore[no-untyped-def]
+    """A 2-thread softmax called on one 64x300 signature until its splits are decided:
+    (compiled kernel, x, the reference, the checked-path counter)."""
     k, ck = _softmax(threads=2)
     x = _x(64, 300, 5)
     want = _want(k, x)
     checked = _count_checked(monkeypatch)
     _until_settled(ck, x, want, checked)
-    assert len(checked) >= 2 * runtime._SPLIT_SAMPLES + 1
+    return ck, x, want, checked
+
+
+def _measured_again_after(ck, x, want, checked, calls: int) -> None:  # type: ignore[no-untyped-def]
+    """``calls`` steady calls stay on the fast path and the last forgets the split
+    decisions; the next call measures them again on the checked path."""
     before = len(checked)
-    for _ in range(7):  # steady: the fast path, until the 7th call forgets the decision
+    for _ in range(calls):
         _call_matches(ck, x, want)
     assert len(checked) == before and not _splits_settled(ck)
     _call_matches(ck, x, want)
     assert len(checked) == before + 1  # measuring again, on the checked path
+
+
+def test_a_split_decision_is_measured_again_after_many_steady_calls(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
+    monkeypatch.setattr(runtime, "_REDECIDE_CALLS", 7)
+    ck, x, want, checked = _settled_softmax(monkeypatch)
+    assert len(checked) >= 2 * runtime._SPLIT_SAMPLES + 1
+    # steady: the fast path, until the 7th call forgets the decision
+    _measured_again_after(ck, x, want, checked, 7)
     runtime.shutdown_workers()
 
 
@@ -225,20 +239,11 @@ def test_a_split_that_lost_is_measured_again_soon(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "_SPLIT_MIN_S", 0.0)
     monkeypatch.setattr(runtime, "_SPLIT_GAIN", 0.0)
     monkeypatch.setattr(runtime, "_REDECIDE_S", 0.0)
-    k, ck = _softmax(threads=2)
-    x = _x(64, 300, 5)
-    want = _want(k, x)
-    checked = _count_checked(monkeypatch)
-    _until_settled(ck, x, want, checked)
+    ck, x, want, checked = _settled_softmax(monkeypatch)
     p = _prep(ck)
     assert all(st is False for n, st in zip(p[3], p[6], strict=True) if n > 1)
     assert any(t > 0 for t in p[7])  # the lost split's 1-worker seconds are kept
-    before = len(checked)
-    for _ in range(runtime._MIN_REDECIDE_CALLS):
-        _call_matches(ck, x, want)
-    assert len(checked) == before and not _splits_settled(ck)
-    _call_matches(ck, x, want)
-    assert len(checked) == before + 1  # measuring again, on the checked path
+    _measured_again_after(ck, x, want, checked, runtime._MIN_REDECIDE_CALLS)
     assert _prep(ck)[9] == [1]  # once in a row with a lost split: the next wait doubles
     runtime.shutdown_workers()
 
