@@ -150,7 +150,9 @@ class BuiltModel:
     deadline: float | None = None  # past it, :class:`OutOfTime` (see :meth:`tick`)
     ticks: int = 0
     cuts: bool = True  # redundant linking constraints for the LP (see :func:`build_model`)
-    inlinable: dict[int, list[tuple[int, Edge]]] = field(default_factory=dict)  # see _site
+    inlinable: dict[int, list[tuple[int, Edge, frozenset[int] | None]]] = field(
+        default_factory=dict)  # see _inlinable
+    evaluated_at: dict[int, frozenset[int]] = field(default_factory=dict)  # see _site
 
     def tick(self) -> None:
         """Count one unit of model-building work; every 256th checks the deadline, so
@@ -508,27 +510,47 @@ def _home(bm: BuiltModel, vi: int) -> Cond:
     return _disjunction(bm, ("home", vi), [lit for g in groups for lit in g], groups)
 
 
+def _inlinable(bm: BuiltModel, vi: int) -> list[tuple[int, Edge, frozenset[int] | None]]:
+    """(index, edge, the points where its consumer value may be evaluated: None for a
+    consumer op) of every edge of ``vi`` that may be fused or recomputed."""
+    got = bm.inlinable.get(vi)
+    if got is None:
+        p = bm.problem
+        got = bm.inlinable[vi] = [
+            (i, e, None if e.consumer_value is None else _evaluated_at(bm, e.consumer_value))
+            for i in p.values[vi].edges if (i, FUSED) in bm.x or (i, RECOMPUTED) in bm.x
+            for e in (p.edges[i],)]
+    return got
+
+
+def _evaluated_at(bm: BuiltModel, vi: int) -> frozenset[int]:
+    """The points where value ``vi`` may be evaluated: its own and its inlining sites."""
+    got = bm.evaluated_at.get(vi)
+    if got is None:
+        v = bm.problem.values[vi]
+        got = bm.evaluated_at[vi] = frozenset((v.def_point, *v.sites))
+    return got
+
+
 def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
     """Value ``vi`` is evaluated at ``point`` (at home, or inlined into a consumer there)."""
-    got = bm.conditions.get(("site", vi, point))
+    key = ("site", vi, point)
+    got = bm.conditions.get(key)
     if got is not None:
         return got
     p = bm.problem
-
-    def inlinable(vj: int) -> list[tuple[int, Edge]]:
-        got = bm.inlinable.get(vj)
-        if got is None:
-            got = bm.inlinable[vj] = [(i, p.edges[i]) for i in p.values[vj].edges
-                                      if (i, FUSED) in bm.x or (i, RECOMPUTED) in bm.x]
-        return got
+    if point != p.values[vi].def_point and not any(
+            point in at if at is not None else e.consumer_point == point
+            for _, e, at in _inlinable(bm, vi)):
+        bm.conditions[key] = False  # no consumer is evaluated there: what compute() finds
+        return False
 
     def later(key: tuple[str, int, int]) -> list[tuple[str, int, int]]:
         _, vj, pt = key
         if pt == p.values[vj].def_point:
             return []
-        return [("site", t.index, pt) for _, e in inlinable(vj)
-                if e.consumer_value is not None
-                and (pt == (t := p.values[e.consumer_value]).def_point or pt in t.sites)]
+        return [("site", e.consumer_value, pt) for _, e, at in _inlinable(bm, vj)
+                if at is not None and pt in at]
 
     def compute(key: tuple[str, int, int]) -> Cond:
         bm.tick()
@@ -536,18 +558,16 @@ def _site(bm: BuiltModel, vi: int, point: int) -> Cond:
         if pt == p.values[vj].def_point:
             return _home(bm, vj)
         groups: list[list[Cond]] = []
-        for i, e in inlinable(vj):
-            if e.consumer_value is None:
+        for i, e, at in _inlinable(bm, vj):
+            if at is None:
                 there: Cond = e.consumer_point == pt
             else:
-                t = p.values[e.consumer_value]
-                there = bm.conditions[("site", t.index, pt)] if (
-                    pt == t.def_point or pt in t.sites) else False
+                there = bm.conditions[("site", e.consumer_value, pt)] if pt in at else False
             groups.append([_conjunction(bm, ("via", i, c, pt), [bm.x[(i, c)], there])
                            for c in (FUSED, RECOMPUTED) if (i, c) in bm.x and e.legal(c)])
         return _disjunction(bm, key, [c for g in groups for c in g], groups)
 
-    return memo_postorder(("site", vi, point), later, compute, bm.conditions)
+    return memo_postorder(key, later, compute, bm.conditions)
 
 
 def _recompute(bm: BuiltModel, vi: int, point: int) -> Cond:

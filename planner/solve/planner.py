@@ -98,16 +98,20 @@ _EARLY_FALLBACK_EDGES = 5000
 # model alone (~130,000 variables for 10,000 edges) overran a 0.9 s search limit by 1.2 s
 # and found nothing; the heuristic's plan is then the answer, against the relaxation.
 _MIN_LARGE_SEARCH_S = 2.0
-# Such a problem's LP relaxation is solved only when this long is left for it (on the
-# 10,000-edge graph, 97,000 columns and 139,000 rows: ~4 s on a Zen 4 core, 3.3-3.4 s
-# on an Intel Xeon VM core, 2.5 s of it HiGHS's dual simplex; its interior point and
-# PDLP took 15-30 s), besides this much per edge kept for the heuristic (~1.2-1.8 s on
-# Zen 4, ~1.0 s on the Xeon).  Below ``_LP_S_PER_EDGE`` per edge left it would not
-# finish, and starting it anyway cost the search 2-3 s of a 10 s limit for nothing; a
-# limit it misses only costs that time (the heuristic's share is kept apart).
+# Such a problem's LP relaxation is solved only when the time left covers it and the
+# heuristic after it, both estimated from how long this call took to build the CP-SAT
+# model: the machine's speed (its CPU model and how busy it is) changes between runs,
+# and building the model is the same kind of work, of the same size.  On the
+# 10,000-edge graph (97,000 columns, 139,000 rows) the LP took 1.9-2.0 times the model's
+# building on a Zen 4 VM (4.0-4.7 s; HiGHS's interior point and PDLP took 15-30 s),
+# the heuristic 0.3-0.6 times, the reference evaluation and the copies after the
+# search 0.35 times.  An LP started without the time to finish cost the search 2-3 s of a
+# 10 s limit for nothing; one that misses its limit only costs that time (the
+# heuristic's share is kept apart).
 _MIN_LP_S = 1.0
-_LP_S_PER_EDGE = 3.5e-4
-_HEURISTIC_S_PER_EDGE = 1.5e-4
+_LP_PER_MODEL_S = 2.0
+_HEURISTIC_PER_MODEL_S = 0.6
+_EVALUATE_PER_MODEL_S = 0.4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 
 Progress = Callable[[int, int, float], None]
@@ -206,16 +210,20 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     try:
         if _left(deadline) <= 0:
             raise OutOfTime
+        started = time.perf_counter()
         # the LP cuts pay where CP-SAT proves bounds, not on problems it barely searches
         bm = build_model(problem, restrictions, deadline=deadline,
                          cuts=len(problem.edges) < _EARLY_FALLBACK_EDGES)
     except OutOfTime:
         phase("model")
         return _out_of_time(header, problem, restrictions, kernel, target, time_limit_s)
+    model_s = time.perf_counter() - started
     phase("model")
+    # kept back for the evaluation: a share of the limit, or what one takes at this size
+    reserve = max(_EVALUATE_SHARE * time_limit_s, _EVALUATE_PER_MODEL_S * model_s)
     early, lp_bound, relaxation = _early_fallback(bm, problem, restrictions, deadline,
-                                                  _EVALUATE_SHARE * time_limit_s)
-    search = max(_MIN_SEARCH_S, _left(deadline) - _EVALUATE_SHARE * time_limit_s)
+                                                  reserve, model_s)
+    search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
     if early is not None and search < _MIN_LARGE_SEARCH_S:
         phase("solve")  # too little time left to search a model this large
         return header.solved(early, restrictions, False, lp_bound, 0.0)
@@ -225,7 +233,7 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
         # problem's); the heuristic's plan, which the restriction admits, is the hint
         fix_integral(bm, relaxation, early)
         complete_hint(bm, min(_COMPLETE_HINT_S, search / 4), workers)
-        search = max(_MIN_SEARCH_S, _left(deadline) - _EVALUATE_SHARE * time_limit_s)
+        search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
         result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
                        deadline=deadline, fallback=early, tie_break=False)
         phase("solve")
@@ -261,13 +269,14 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
 
 
 def _early_fallback(bm: BuiltModel, problem: Problem,
-                    restrictions: Mapping[int, frozenset], deadline: float, reserve: float
-                    ) -> tuple[Assignment | None, int, Relaxation | None]:
+                    restrictions: Mapping[int, frozenset], deadline: float, reserve: float,
+                    model_s: float) -> tuple[Assignment | None, int, Relaxation | None]:
     """For problems of at least :data:`_EARLY_FALLBACK_EDGES` edges, the heuristic plan
     before the search (within the time limit, not after it), also CP-SAT's hint, a lower
     bound (0: none) and the LP relaxation the plan starts from (None: none).  Where the
     time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
-    allows, the LP relaxation
+    covers the LP's expected time (both estimated from ``model_s``, the seconds building
+    ``bm`` took), the LP relaxation
     (:func:`planner.solve.lp.relax`) is solved first: its optimum is the bound, and the
     heuristic starts from its rounded choices (:func:`planner.solve.lp.rounded_choices`:
     on the 10,000-edge synthetic graph of ``bench/solve.py``, 584k ns against the plain
@@ -275,15 +284,15 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return None, 0, None
     with paused_gc():  # the repair allocates hundreds of thousands of small objects
-        return _early_plan(bm, problem, restrictions, deadline, reserve)
+        return _early_plan(bm, problem, restrictions, deadline, reserve, model_s)
 
 
 def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
-                deadline: float, reserve: float
+                deadline: float, reserve: float, model_s: float
                 ) -> tuple[Assignment | None, int, Relaxation | None]:
     found = relaxation = None
-    left = _left(deadline) - reserve - _HEURISTIC_S_PER_EDGE * len(problem.edges)
-    if left >= max(_MIN_LP_S, _LP_S_PER_EDGE * len(problem.edges)):
+    left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
+    if left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s):
         relaxation = relax(bm, left)
         if relaxation is not None:
             found = greedy_assignment(problem, restrictions,

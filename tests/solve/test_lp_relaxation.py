@@ -232,3 +232,41 @@ def test_highs_writes_nothing_to_stdout(capfd: pytest.CaptureFixture[str]) -> No
     assert relax(build_model(problem)) is not None
     out, _ = capfd.readouterr()
     assert out == ""
+
+
+@pytest.mark.parametrize("lp_per_model_s", [0.0, 1e9])
+def test_the_lp_runs_only_when_its_estimate_from_the_model_build_fits(
+        monkeypatch: pytest.MonkeyPatch, lp_per_model_s: float) -> None:
+    # the LP's expected time is this call's model-building seconds times
+    # _LP_PER_MODEL_S: far beyond the limit, it is not started; within it, it runs
+    # with at most the time left less the evaluation's reserve and the heuristic's share
+    seen: list[float] = []
+    built: list[float] = []
+    real_build = planner_module.build_model
+
+    def timed_build(*a: object, **k: object):  # type: ignore[no-untyped-def]
+        import time
+        start = time.perf_counter()
+        out = real_build(*a, **k)  # type: ignore[arg-type]
+        built.append(time.perf_counter() - start)
+        return out
+
+    def spy(bm: object, limit: float) -> object:
+        seen.append(limit)
+        return relax(bm, limit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
+    monkeypatch.setattr(planner_module, "_LP_PER_MODEL_S", lp_per_model_s)
+    monkeypatch.setattr(planner_module, "_HEURISTIC_PER_MODEL_S", 50.0)
+    monkeypatch.setattr(planner_module, "build_model", timed_build)
+    monkeypatch.setattr(planner_module, "relax", spy)
+    plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16},
+                       time_limit_s=20)
+    if lp_per_model_s:  # the whole model searched, its optimum proved
+        assert seen == [] and plan.status is Status.OPTIMAL
+        return
+    assert plan.status is Status.FEASIBLE  # the LP's residual was searched
+    assert len(seen) == 1 and len(built) == 1
+    # reserve: max(10 % of the limit, 0.4 x model); heuristic share: 50 x model
+    assert seen[0] <= 20 - max(2.0, 0.4 * built[0]) - 50.0 * built[0]
