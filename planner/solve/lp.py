@@ -169,12 +169,25 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0) -> Relaxation | None:
     return Relaxation(bound, values, time.perf_counter() - start)
 
 
+#: :func:`rounded_choices` keeps an edge virtual only from this LP value on.
+VIRTUAL_AT_LEAST = 0.8
+
+
 def rounded_choices(bm: BuiltModel, relaxation: Relaxation) -> list[Decision | None]:
-    """Each edge's choice of largest LP value (the first such in the model's order)."""
+    """Each edge's choice of largest LP value (the first such in the model's order),
+    virtual only where its value is at least :data:`VIRTUAL_AT_LEAST` (or no other
+    choice exists).  The LP shares the registers out fractionally: rounding its
+    half-virtual edges to virtual overflows them, and the heuristic's repair then evicts
+    by size, not by cost.  On the synthetic graphs of ``bench/solve.py`` (10,000 edges,
+    seeds 0 and 1; 5,000 edges) the repaired plan cost 2.1-2.7 % less than from the
+    plain rounding (e.g. 571,505 against 583,723 ns, the LP bound 521,711); thresholds
+    from 0.6 to 0.9 gave within 0.5 % of each other."""
     best: list[tuple[float, Decision | None]] = [(-1.0, None)] * len(bm.problem.edges)
     values = relaxation.values
     for (e, c), lit in bm.x.items():
         val = float(values[lit.Index()])
+        if c is VIRTUAL and val < VIRTUAL_AT_LEAST:
+            val = 0.0  # above no other choice: the others' values sum to more than 0.2
         if val > best[e][0]:
             best[e] = (val, c)
     return [c for _, c in best]

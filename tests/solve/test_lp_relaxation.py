@@ -270,3 +270,25 @@ def test_the_lp_runs_only_when_its_estimate_from_the_model_build_fits(
     assert len(seen) == 1 and len(built) == 1
     # reserve: max(10 % of the limit, 0.4 x model); heuristic share: 50 x model
     assert seen[0] <= 20 - max(2.0, 0.4 * built[0]) - 50.0 * built[0]
+
+
+def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
+    import numpy as np
+
+    from planner.solve.costs import FUSED, MATERIALIZED
+    from planner.solve.lp import VIRTUAL_AT_LEAST, Relaxation
+
+    m = cp_model.CpModel()
+    lits = [m.new_bool_var(f"v{i}") for i in range(7)]
+    # edge 0: mostly virtual, under the threshold; edge 1: virtual at the threshold;
+    # edge 2: virtual is its only choice; edge 3: fused beats materialized
+    x = {(0, VIRTUAL): lits[0], (0, MATERIALIZED): lits[1],
+         (1, VIRTUAL): lits[2], (1, FUSED): lits[3],
+         (2, VIRTUAL): lits[4],
+         (3, FUSED): lits[5], (3, MATERIALIZED): lits[6]}
+    below = VIRTUAL_AT_LEAST - 0.05
+    values = np.array([below, 1 - below, VIRTUAL_AT_LEAST, 1 - VIRTUAL_AT_LEAST, 0.3,
+                       0.6, 0.4])
+    bm = SimpleNamespace(x=x, problem=SimpleNamespace(edges=[0, 1, 2, 3]))
+    got = rounded_choices(bm, Relaxation(0, values, 0.0))  # type: ignore[arg-type]
+    assert got == [MATERIALIZED, VIRTUAL, VIRTUAL, FUSED]
