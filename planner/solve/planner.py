@@ -35,6 +35,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from typing import TypeVar
 
@@ -276,11 +277,13 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     bound (0: none) and the LP relaxation the plan starts from (None: none).  Where the
     time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
     covers the LP's expected time (both estimated from ``model_s``, the seconds building
-    ``bm`` took), the LP relaxation
-    (:func:`planner.solve.lp.relax`) is solved first: its optimum is the bound, and the
-    heuristic starts from its rounded choices (:func:`planner.solve.lp.rounded_choices`:
-    on the 10,000-edge synthetic graph of ``bench/solve.py``, 584k ns against the plain
-    heuristic's 618k, with an LP bound of 522k against the relaxation's 439k)."""
+    ``bm`` took), the LP relaxation (:func:`planner.solve.lp.relax`) is solved on a
+    second thread while this one computes the plain heuristic's plan (HiGHS releases the
+    GIL): the LP's optimum is the bound, the heuristic is run again from its rounded
+    choices (:func:`planner.solve.lp.rounded_choices`: on the 10,000-edge synthetic
+    graph of ``bench/solve.py``, 572k ns against the plain heuristic's 618k, with an LP
+    bound of 522k against the relaxation's 439k), and the cheaper of the two plans is
+    kept."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return None, 0, None
     with paused_gc():  # the repair allocates hundreds of thousands of small objects
@@ -292,15 +295,21 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
                 ) -> tuple[Assignment | None, int, Relaxation | None]:
     found = relaxation = None
     left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
-    if left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s):
-        relaxation = relax(bm, left)
-        if relaxation is not None:
-            found = greedy_assignment(problem, restrictions,
-                                      rounded_choices(bm, relaxation))
+    lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
+    # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
+    # should the LP miss its limit) is computed beside it, on this thread
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        solving = pool.submit(relax, bm, left) if lp else None
+        plain = fallback_assignment(problem, restrictions, deadline=deadline)
+        relaxation = solving.result() if solving is not None else None
+    if relaxation is not None:
+        found = greedy_assignment(problem, restrictions, rounded_choices(bm, relaxation))
     bound = relaxation.bound if relaxation is not None else 0
-    if found is None:
+    if found is None or (plain is not None and evaluate(
+            problem, plain, restrictions).objective < evaluate(
+            problem, found, restrictions).objective):
         relaxation = None  # its residual search would lack a hint it admits
-        found = fallback_assignment(problem, restrictions, deadline=deadline)
+        found = plain
     if found is not None:
         add_hint(bm, found)
     return found, bound, relaxation

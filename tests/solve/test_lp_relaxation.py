@@ -292,3 +292,52 @@ def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
     bm = SimpleNamespace(x=x, problem=SimpleNamespace(edges=[0, 1, 2, 3]))
     got = rounded_choices(bm, Relaxation(0, values, 0.0))  # type: ignore[arg-type]
     assert got == [MATERIALIZED, VIRTUAL, VIRTUAL, FUSED]
+
+
+def test_the_plain_heuristic_runs_while_the_lp_solves_and_the_cheaper_plan_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from planner.solve.costs import MATERIALIZED
+
+    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    problem = build_problem(*args)
+    plain = greedy_assignment(problem, {})
+    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
+    assert plain is not None and worse is not None
+    good, bad = evaluate(problem, plain, {}).objective, evaluate(problem, worse, {}).objective
+    assert bad > good
+    spans: dict[str, tuple[float, float]] = {}
+    threads: dict[str, int] = {}
+    real_fallback = planner_module.fallback_assignment
+
+    def slow_relax(bm: object, limit: float) -> object:
+        start = time.perf_counter()
+        threads["lp"] = threading.get_ident()
+        out = relax(bm, limit)  # type: ignore[arg-type]
+        time.sleep(0.3)  # a long LP solve: the GIL is free meanwhile
+        spans["lp"] = (start, time.perf_counter())
+        return out
+
+    def timed_fallback(*a: object, **k: object) -> object:
+        start = time.perf_counter()
+        threads["heuristic"] = threading.get_ident()
+        out = real_fallback(*a, **k)  # type: ignore[arg-type]
+        spans["heuristic"] = (start, time.perf_counter())
+        return out
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
+    monkeypatch.setattr(planner_module, "relax", slow_relax)
+    monkeypatch.setattr(planner_module, "fallback_assignment", timed_fallback)
+    # the LP's rounding repaired into a worse plan than the plain heuristic's
+    monkeypatch.setattr(planner_module, "greedy_assignment", lambda *a, **k: worse)
+    plan = plan_kernel(*args, time_limit_s=20)
+    assert threads["lp"] != threads["heuristic"]
+    (lp_start, lp_end), (h_start, h_end) = spans["lp"], spans["heuristic"]
+    assert h_start < lp_end and lp_start < h_end  # side by side
+    assert plan.status is Status.FEASIBLE and plan.objective == good
+    lp = relax(build_model(problem, cuts=False))
+    assert lp is not None and plan.bound == min(max(lp.bound, relaxed_bound(problem)), good)
