@@ -150,6 +150,7 @@ class BuiltModel:
     deadline: float | None = None  # past it, :class:`OutOfTime` (see :meth:`tick`)
     ticks: int = 0
     cuts: bool = True  # redundant linking constraints for the LP (see :func:`build_model`)
+    suffixes: dict[int, list[list[Cond] | None]] = field(default_factory=dict)  # _holds
     inlinable: dict[int, list[tuple[int, Edge, frozenset[int] | None]]] = field(
         default_factory=dict)  # see _inlinable
     evaluated_at: dict[int, frozenset[int]] = field(default_factory=dict)  # see _site
@@ -288,19 +289,25 @@ def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
     # A chain's suffixes are derived once per value: ``any[j]`` is implied by guard ``j``
     # and by ``any[j + 1]``, so a segment holding from ``first`` on costs one product per
     # storage, not one per guard (linear in the chain, not in segments × guards).
-    chains, conditions = v.chains, bm.conditions
-    for ci, first in seg.chained:
-        edge = chains[ci].edge
-        if (edge, choice) not in x:
-            continue
-        suffixes = conditions.get(("suffixes", vi, ci))
+    chains = v.chains
+    if seg.chained:
+        suffixes = bm.suffixes.get(vi)
         if suffixes is None:
-            suffixes = _suffixes(bm, chains[ci].guards)
-            conditions[("suffixes", vi, ci)] = suffixes  # type: ignore[assignment]
-        guard = suffixes[first] if first < len(suffixes) else False  # type: ignore[index]
-        held = _held(bm, edge, choice, guard, ("chain", vi, ci, first))
-        if held is not False:
-            lits.append(held)  # type: ignore[arg-type]
+            suffixes = bm.suffixes[vi] = [None] * len(chains)
+        for ci, first in seg.chained:
+            edge = chains[ci].edge
+            lit = x.get((edge, choice))
+            if lit is None:
+                continue
+            of_chain = suffixes[ci]
+            if of_chain is None:
+                of_chain = suffixes[ci] = _suffixes(bm, chains[ci].guards)
+            guard = of_chain[first] if first < len(of_chain) else False
+            if guard is True:
+                lits.append(lit)
+            elif guard is not False:  # :func:`_held`'s product, inlined (a hot loop)
+                lits.append(_product(bm, ("held", edge, choice, "chain", vi, ci, first),
+                                     [lit, guard]))
     if lits:
         store = bm.reg if choice is VIRTUAL else bm.mat
         store[(vi, si)] = _at_least_any(bm.model, lits, f"{'reg' if choice is VIRTUAL else 'mat'}"
@@ -344,18 +351,6 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
             cur = any_
         out[j] = cur
     return out
-
-
-def _held(bm: BuiltModel, i: int, c: Decision, guard: Cond, key: tuple[object, ...]
-          ) -> Cond:
-    """Edge ``i``, taking ``c`` (virtual: in registers, materialized: in its buffer), holds
-    its value while ``guard`` holds; ``False`` where it cannot."""
-    lit = bm.x.get((i, c))  # :func:`_conjunction` of the two, without its generality
-    if lit is None or guard is False:
-        return False
-    if guard is True:
-        return lit
-    return _product(bm, ("held", i, c, *key), [lit, guard])  # type: ignore[list-item]
 
 
 def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
