@@ -269,16 +269,24 @@ def _live_points(values: list[Value], memories: list[MemoryOccupant],
     Each holder is appended to the live points its ``[start, end)`` spans (found by
     bisection), in index order, so every point's tuples come out sorted: linear in the
     answer's size."""
-    spans: list[list[tuple[int, int, object]]] = [
-        [(s.start, s.end, (v.index, i)) for v in values for i, s in enumerate(v.segments)],
+    others: list[list[tuple[int, int, object]]] = [  # the segments are read in place
         [(m.span[0], m.span[1], m.index) for m in memories],
         [(t.point, t.point + 1, t.index) for t in temps]]
-    starts = sorted({a for kind in spans for a, _, _ in kind} & points.keys())
-    held: list[list[list[object]]] = [[[] for _ in starts] for _ in spans]
-    for kind, out in zip(spans, held, strict=True):
+    starts = sorted(({s[0] for v in values for s in v.segments}
+                     | {a for kind in others for a, _, _ in kind}) & points.keys())
+    held: list[list[list[object]]] = [[[] for _ in starts] for _ in range(3)]
+    first = bisect.bisect_left
+    out = held[0]
+    for v in values:  # a hot loop: a large kernel has some hundred thousand segments
+        vi = v.index
+        for i, (a, b, _, _) in enumerate(v.segments):
+            key = (vi, i)
+            for at in out[first(starts, a):first(starts, b)]:
+                at.append(key)
+    for kind, out in zip(others, held[1:], strict=True):
         for a, b, key in kind:
-            for j in range(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)):
-                out[j].append(key)
+            for at in out[first(starts, a):first(starts, b)]:
+                at.append(key)
     return [LivePoint(p, points[p].owner, tuple(held[0][j]), tuple(held[1][j]),  # type: ignore[arg-type]
                       tuple(held[2][j])) for j, p in enumerate(starts)]
 

@@ -79,8 +79,8 @@ class Context:
         """The source of each in-edge of ``node`` (a list: ``g.in_edges`` is slow), cached."""
         found = self.preds.get(node)
         if found is None:
-            found = self.preds[node] = [u for u, keys in self.g.pred[node].items()
-                                        for _ in keys]  # g.in_edges(node)'s order
+            found = self.preds[node] = [u for u, keys in self.g._pred[node].items()
+                                        for _ in keys]  # g.in_edges(node)'s order, no views
         return found
 
     def accessible(self, r: Resource, scope: str, ops: tuple[Operation, ...]) -> bool:
@@ -114,9 +114,10 @@ def owner_of(ctx: Context, region: tuple[str, ...]) -> str:
 
 def executions_of(ctx: Context, d: Mapping[str, object]) -> int:
     key = int(d["order"])  # type: ignore[call-overload]
-    if key not in ctx.execs:
-        ctx.execs[key] = _count_executions(ctx, d)
-    return ctx.execs[key]
+    found = ctx.execs.get(key)
+    if found is None:
+        found = ctx.execs[key] = _count_executions(ctx, d)
+    return found
 
 
 def _count_executions(ctx: Context, d: Mapping[str, object]) -> int:
@@ -212,8 +213,8 @@ def _computed(ctx: Context, v: core.Value) -> tuple[float, ...]:
 
 def _consumers(ctx: Context, v: core.Value) -> list[core.Op | None]:
     node = _node_of(ctx, v)
-    return [] if node is None else [
-        d["consumer"] for _, _, d in ctx.g.out_edges(node, data=True)]
+    return [] if node is None else [  # g.out_edges(node, data=True)'s order, no views
+        d["consumer"] for keys in ctx.g._succ[node].values() for d in keys.values()]
 
 
 def _node_of(ctx: Context, v: core.Value) -> str | None:
@@ -279,14 +280,15 @@ def _instance_rows(ctx: Context, label: str) -> dict[int, float]:
     (tile, extent), = kinds
     rows = mean_valid(tile, extent)
     seen: dict[int, float] = {}
+    pred = ctx.g._pred  # g.in_edges(n, data=True)'s order: its plain dicts, no views
     todo = [(u, d["value"]) for n, _ in stores
-            for u, _, d in ctx.g.in_edges(n, data=True)]
+            for u, keys in pred[n].items() for d in keys.values()]
     while todo:
         node, v = todo.pop()
         if id(v) in seen or owner_of(ctx, ctx.nodes[node]["region"]) != label:
             continue
         seen[id(v)] = rows
-        todo += [(u, x) for u, _, e in ctx.g.in_edges(node, data=True)
+        todo += [(u, x) for u, keys in pred[node].items() for e in keys.values()
                  if _row_operand(ctx, ctx.nodes[node], x := e["value"], tile)]
     return seen
 

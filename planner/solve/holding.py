@@ -15,6 +15,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from planner.catalog import Resource
 from planner.ir import core
@@ -86,16 +87,17 @@ class Holding:
         self.values = values
         self._inlinable = [is_inlinable_kind(v.kind) for v in values]
         self._inline: dict[int, list[Edge]] = {}  # value -> its edges that may inline
+        self._homes: dict[int, bool] = {}  # value -> can_home
         self._reach: dict[int, frozenset[int]] = {}
         self._misaligned_at: dict[int, frozenset[int]] = {}
         self._sites: dict[int, list[tuple[int, int | None, bool]]] = {}  # edge -> _sites_of
         self._site_guards: dict[int, list[tuple[int, int]]] = {}  # value -> (site, guard)
         self._later: dict[tuple[int, bool], list[tuple[int, int, bool]]] = {}
         self._recompute_at: dict[tuple[int, bool], list[tuple[int, int, bool]]] = {}
-        self.values = [replaced(v, inlinable=self._inlinable[v.index],
-                                sites=tuple(sorted(self.reach(v.index)))) for v in values]
+        # each value's inlinable and sites are set with its segments (one replace)
+        self._sites_at = [tuple(sorted(self.reach(v.index))) for v in values]
         self.guards: list[Guard] = []
-        self._guard_index: dict[Guard, int] = {}
+        self._guard_index: dict[tuple[str, int, int, tuple[int, ...]], int] = {}
         self._value_at = {v.node: v.index for v in self.values}  # graph node -> value
         self._chain_roots = self._stop_readers()
         self._chain_aligned: dict[tuple[int, str], bool] = {}
@@ -122,10 +124,13 @@ class Holding:
         return False
 
     def can_home(self, vi: int) -> bool:
-        v = self.values[vi]
-        return not self._inlinable[vi] or any(self.edges[i].legal(VIRTUAL)
-                                              or self.edges[i].legal(MATERIALIZED)
-                                              for i in v.edges)
+        found = self._homes.get(vi)  # legality is fixed: what _held replaces is not read
+        if found is None:
+            v = self.values[vi]
+            found = self._homes[vi] = not self._inlinable[vi] or any(
+                self.edges[i].legal(VIRTUAL) or self.edges[i].legal(MATERIALIZED)
+                for i in v.edges)
+        return found
 
     def _inline_edges(self, vi: int) -> list[Edge]:
         out = self._inline.get(vi)
@@ -193,9 +198,10 @@ class Holding:
         return self.guard("pingpong", c.value, c.yielded, c.late)
 
     def guard(self, kind: str, a: int, b: int, any_of: tuple[int, ...] = ()) -> int:
-        key = Guard(kind, a, b, any_of)  # its own dedup key
-        index = self._guard_index.get(key)
+        # a plain tuple hashes and compares as the Guard: built only for a new guard
+        index = self._guard_index.get((kind, a, b, any_of))
         if index is None:
+            key = Guard(kind, a, b, any_of)
             index = self._guard_index[key] = len(self.guards)
             self.guards.append(key)
         return index
@@ -234,8 +240,7 @@ class Holding:
         if found is None:
             sites = self._site_guards.get(c.index)
             if sites is None:
-                sites = self._site_guards[c.index] = [(n, self.guard("site", c.index, n))
-                                                      for n in c.sites]
+                sites = self._site_guards[c.index] = self._site_guard_list(c)
             if aligned:
                 bad = self._misaligned(c.index)
                 found = [(n, gd, n not in bad) for n, gd in sites]
@@ -243,6 +248,21 @@ class Holding:
                 found = [(n, gd, False) for n, gd in sites]
             self._later[key] = found
         return found
+
+    def _site_guard_list(self, c: Value) -> list[tuple[int, int]]:
+        """(point, site guard) of every later point where ``c`` may be evaluated
+        (:meth:`guard`, inlined: a hot loop)."""
+        index, guards, vi = self._guard_index, self.guards, c.index
+        sites = self._sites_at[vi]
+        new = tuple.__new__  # Guard(...) without its Python __new__
+        keys = [new(Guard, ("site", vi, n, ())) for n in sites]
+        if not any(map(index.__contains__, keys)):  # as a rule all new: numbered at once
+            first = len(guards)
+            numbers = range(first, first + len(keys))
+            guards += keys
+            index.update(zip(keys, numbers, strict=True))
+            return list(zip(sites, numbers, strict=True))
+        return [(n, self.guard("site", vi, n)) for n in sites]
 
     def _recompute_sites(self, t: int, along: bool) -> list[tuple[int, int, bool]]:
         """(point, recompute guard, read element for element) where value ``t``'s chain
@@ -299,10 +319,13 @@ class Holding:
                 continue
             members = recompute_chain(ctx, t.node).members
             for m in members - {t.node}:
-                for w, _, d in ctx.g.in_edges(m, data=True):
-                    i = edge_at.get((w, m, d["operand"]))
-                    if w not in members and w in value_at and i is not None:
-                        out.setdefault(i, []).append(t.index)
+                for w, keys in ctx.g._pred[m].items():  # g.in_edges(m): plain dicts, no views
+                    if w in members or w not in value_at:
+                        continue
+                    for d in keys.values():
+                        i = edge_at.get((w, m, d["operand"]))
+                        if i is not None:
+                            out.setdefault(i, []).append(t.index)
         return out
 
     def _aligned_in_chain(self, t: int, node: str) -> bool:
@@ -375,13 +398,16 @@ class Holding:
         loop_free = {n for n, node in self.point_node.items()
                      if not ctx.nodes[node]["loops"]
                      and ctx.nodes[node]["kind"] != "loop.carry"}
+        all_free = len(loop_free) == len(self.point_node)  # no loops: every site is plain
         for e in self.edges:
             if not e.index & 255:
                 check_deadline(self.deadline)
             v = self.values[e.value]
             cn = ctx.node_by_name[e.consumer]
             sites = self._sites_of(e) if not e.loop_carried else []
-            direct = next((s for s in sites if s[0] == e.consumer_point), None)
+            cp = e.consumer_point
+            direct = sites[0] if sites and sites[0][0] == cp else next(
+                (s for s in sites if s[0] == cp), None)  # the first, unless a carry's
             in_place = direct is not None and self._in_place(e, direct[0], direct[2])
             into = self._accumulator_into_carry(e)
             held = span(ctx, v.node, cn, e.loop_carried, inclusive=True,
@@ -400,20 +426,27 @@ class Holding:
             # is plain arithmetic: [def, site + 1) (site, in place); a hot loop
             plain = v.kind != "loop.carry"
             floor = v.def_point + 1
-            for n, gd, aligned in sites:
-                if n == e.consumer_point or gd is None:
-                    continue
-                in_place = n == yield_def and aligned
-                if plain and n in loop_free:
-                    end = max(n if in_place else n + 1, floor)
-                else:
-                    key = (v.node, n, in_place)
-                    end = ends.get(key)
-                    if end is None:
-                        end = ends[key] = span(ctx, v.node, self.point_node[n], False,
-                                               inclusive=True, in_place=in_place)[1]
-                if end > held[1]:
-                    remote.append((n, end, gd))
+            last = held[1]
+            if plain and yield_def is None and all_free:  # the loop below, as one listcomp
+                remote = [(n, end, gd) for n, gd, _ in sites if n != cp and gd is not None
+                          and (end := n + 1 if n >= floor else floor) > last]
+            else:
+                for n, gd, aligned in sites:
+                    if n == cp or gd is None:
+                        continue
+                    in_place = n == yield_def and aligned
+                    if plain and n in loop_free:
+                        end = n if in_place else n + 1
+                        if end < floor:
+                            end = floor
+                    else:
+                        key = (v.node, n, in_place)
+                        end = ends.get(key)
+                        if end is None:
+                            end = ends[key] = span(ctx, v.node, self.point_node[n], False,
+                                                   inclusive=True, in_place=in_place)[1]
+                    if end > last:
+                        remote.append((n, end, gd))
             if into is not None and held[1] == e.consumer_point:  # split: copied at the mma
                 remote.append((e.consumer_point, e.consumer_point + 1,
                                self.guard("split", into.value, into.yielded)))
@@ -463,7 +496,8 @@ class Holding:
             start = self.values[c.value].def_point
             for i in v.edges:
                 items.append((start, c.loop_end, i, self._pingpong(c)))
-        return _swept(v, items, self.guards, remote)
+        return _swept(v, items, self.guards, remote, inlinable=self._inlinable[v.index],
+                      sites=self._sites_at[v.index])
 
     # ------------------------------------------------------------------ temporaries
 
@@ -587,13 +621,15 @@ def _site_points(guards: list[Guard], gs: tuple[int, ...]) -> tuple[int, tuple[i
 
 
 def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
-           guards: list[Guard], groups: dict[tuple[int, int], dict[int, int]]) -> Value:
-    """``v`` with its segments: the held items ``(start, end, edge, guard)``, and the
-    guarded holds already grouped by ``(edge, start)`` (``groups``: guard -> end), swept
-    over the cuts.  An unguarded item covers ``[lo, hi)`` (consecutive cuts) iff ``start <= lo <
-    end``; the guarded items of one edge that start at one point form a
-    :class:`GuardChain`, of which a segment names the suffix still covering it.  Linear in
-    the items and segments (plus the chains active in each segment)."""
+           guards: list[Guard], groups: dict[tuple[int, int], dict[int, int]],
+           **changes: Any) -> Value:
+    """``v`` with its segments (and ``changes``): the held items ``(start, end, edge,
+    guard)``, and the guarded holds already grouped by ``(edge, start)`` (``groups``:
+    guard -> end), swept over the cuts.  An unguarded item covers ``[lo, hi)``
+    (consecutive cuts) iff ``start <= lo < end``; the guarded items of one edge that
+    start at one point form a :class:`GuardChain`, of which a segment names the suffix
+    still covering it.  Linear in the items and segments (plus the chains active in each
+    segment)."""
     plain: dict[int, list[int]] = {}  # cut -> +edge / ~edge (start / end of an item)
     # ``groups``: (edge, start) -> guard -> end, given some already (filled in here)
     for a, b, i, gd in items:
@@ -615,10 +651,9 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
         else:
             covers.append((i, a, b))
     chains = []
-    for (i, a), ends in sorted(groups.items()):
-        order = sorted([(e, g) for g, e in ends.items()])
-        gs = tuple([g for _, g in order])
-        stops = tuple([e for e, _ in order])
+    for (i, a), ends in sorted(groups.items()):  # each group holds at least one guard
+        by_end = sorted(zip(ends.values(), ends, strict=True))  # (end, guard)
+        stops, gs = zip(*by_end, strict=True)
         site = _site_points(guards, gs)
         chains.append(GuardChain(i, a, gs, stops) if site is None
                       else GuardChain(i, a, gs, stops, *site))
@@ -635,13 +670,14 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
     chain_ends = [c.ends for c in chains]
     alive: list[int] = []  # sorted(active) with covered edges left out, rebuilt on change
     events = plain.keys() | opening.keys() | closing.keys()
+    new, after = tuple.__new__, bisect.bisect_right  # Segment(...) without its Python __new__
     for lo, hi in itertools.pairwise(cuts):
         if lo not in events:  # only the alive chains' suffixes move on: a hot loop
             if alive:
-                segs.append(Segment(lo, hi, edges, tuple(
-                    [(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])))
+                segs.append(new(Segment, (lo, hi, edges, tuple(
+                    [(ci, after(chain_ends[ci], lo)) for ci in alive]))))
             elif covered:
-                segs.append(Segment(lo, hi, edges, ()))
+                segs.append(new(Segment, (lo, hi, edges, ())))
             continue
         xs = plain.get(lo)
         changed = False
@@ -668,6 +704,7 @@ def _swept(v: Value, items: list[tuple[int, int, int, int | None]],
             continue
         if changed:
             alive = [ci for ci in sorted(active) if chains[ci].edge not in covered]
-        chained = tuple([(ci, bisect.bisect_right(chain_ends[ci], lo)) for ci in alive])
-        segs.append(Segment(lo, hi, edges, chained))
-    return replaced(v, segments=tuple(segs), chains=tuple(chains), covers=tuple(covers))
+        chained = tuple([(ci, after(chain_ends[ci], lo)) for ci in alive])
+        segs.append(new(Segment, (lo, hi, edges, chained)))
+    return replaced(v, segments=tuple(segs), chains=tuple(chains), covers=tuple(covers),
+                    **changes)

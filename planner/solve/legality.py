@@ -61,14 +61,16 @@ def recompute_chain(ctx: Context, node: str) -> Chain:
     snapshot (a snapshot is read once: re-reading the Memory could see another state),
     or when it has more than :data:`MAX_RECOMPUTE_CHAIN` ops.
     """
-    if node in ctx.chains:
-        return ctx.chains[node]
+    found = ctx.chains.get(node)
+    if found is not None:
+        return found
     owner = owner_of(ctx, ctx.nodes[node]["region"])
     members, stack = {node}, [node]
     why: str | None = None
+    steps = ctx.chain_steps
     while stack and why is None:
         m = stack.pop()
-        why, operands = _chain_step(ctx, m)
+        why, operands = steps.get(m) or _chain_step(ctx, m)  # its cache, read inline
         for u, snapshot, u_owner in operands:
             if snapshot:
                 why = why or (f"its chain reaches the Memory snapshot {ctx.node_name[u]} "

@@ -113,7 +113,7 @@ def _chain_cycles(ctx: Context, chain: Chain, scope: str) -> float:
 
 def price_edge(ctx: Context, index: int, key: tuple[str, str, int], value: int) -> Edge:
     u, v, k = key
-    data = ctx.g.edges[u, v, k]
+    data = ctx.g._succ[u][v][k]  # g.edges[u, v, k], without its views
     pd, cd = ctx.nodes[u], ctx.nodes[v]
     illegal: list[tuple[Decision, str]] = []
     pscope = ctx.owner_scope[owner_of(ctx, pd["region"])]
@@ -246,9 +246,11 @@ def price_reads(ctx: Context, e: Edge, v: Value) -> Edge:
     cscope = ctx.owner_scope[owner_of(ctx, cd["region"])]
     cexec = executions_of(ctx, cd)
     unit = _unit(ctx, cd, cscope)
-    # reads alike share their prices: the answer depends on nothing else
+    # reads alike share their prices: the answer depends on nothing else.  Values alike
+    # share their Placement objects (ctx.placements keeps them): keyed by identity, as
+    # hashing and comparing the dataclasses costs more than the rest of the read
     key = (cscope, unit, cexec, e.consumer_kind, e.operand, e.bytes, e.column_reader,
-           v.placements, v.shape, v.itemsize)
+           tuple(map(id, v.placements)), v.shape, v.itemsize)
     found = ctx.reads.get(key)
     if found is None:
         found = ctx.reads[key] = _reads(ctx, e, v, cscope, unit, cexec)

@@ -63,26 +63,51 @@ class OutOfTime(Exception):
     exists yet)."""
 
 
+class _Slotted:
+    __slots__ = ("x",)
+
+
+_MEMBER = type(_Slotted.__dict__["x"])  # the descriptor type of a slot
+
 D = TypeVar("D")
-_FIELDS: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
+_FIELDS: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int],
+                          list[Any] | None]] = {}
 
 
 def replaced(obj: D, **changes: Any) -> D:
     """``dataclasses.replace(obj, **changes)`` for a dataclass whose fields are all
-    ``__init__`` parameters, about three times faster (the builder replaces tens of
-    thousands of values and edges)."""
+    ``__init__`` parameters, about four times faster (the builder replaces tens of
+    thousands of values and edges).
+
+    A slotted class without ``__post_init__`` is filled slot by slot, as its frozen
+    ``__init__`` would, but through the slots' own setters (a third faster)."""
     cls = type(obj)
     found = _FIELDS.get(cls)
     if found is None:
-        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-        getter = operator.attrgetter(*names, *names[:1]) if len(names) == 1 \
-            else operator.attrgetter(*names)  # one name alone would not give a tuple
-        found = _FIELDS[cls] = (getter, {n: i for i, n in enumerate(names)})
-    getter, index = found
-    args = list(getter(obj))[:len(index)]
+        found = _FIELDS[cls] = _fields_of(cls)
+    getter, index, slots = found
+    args = list(getter(obj))
     for name, value in changes.items():
         args[index[name]] = value
-    return cls(*args)
+    if slots is None:
+        return cls(*args)
+    new = object.__new__(cls)
+    for put, value in zip(slots, args, strict=True):
+        put(new, value)
+    return new
+
+
+def _fields_of(cls: type) -> tuple[Callable[[Any], tuple[Any, ...]], dict[str, int],
+                                   list[Any] | None]:
+    """(all fields' getter, field -> position, the slot descriptors or None) of ``cls``."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    getter = operator.attrgetter(*names) if len(names) > 1 else (
+        lambda o: (getattr(o, names[0]),))  # one name alone would not give a tuple
+    slots = [cls.__dict__.get(n) for n in names]
+    direct = (not hasattr(cls, "__post_init__") and "__slots__" in cls.__dict__
+              and all(type(d) is _MEMBER for d in slots))
+    return getter, {n: i for i, n in enumerate(names)}, [
+        d.__set__ for d in slots] if direct else None
 
 
 def check_deadline(deadline: float | None) -> None:
