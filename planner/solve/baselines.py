@@ -28,17 +28,20 @@ from planner.solve.costs import (
     VIRTUAL,
     Assignment,
     Edge,
-    Evaluation,
     Problem,
     Value,
     allowed_choices,
     derived_flags,
-    evaluate,
     is_fusible_kind,
     total,
 )
+from planner.solve.evaluator import Held, evaluate_held, held_at_points, overflows
+from planner.solve.problem import paused_gc
 
 Restrictions = Mapping[int, frozenset[Decision]]
+#: Per edge, ``(isolated price, position in allowed_choices, choice)`` of each allowed
+#: choice with a price, where the heuristic has priced them already.
+_Prices = dict[int, list[tuple[int, int, Decision]]]
 
 
 def baseline_restrictions(problem: Problem, baseline: Baseline | str) -> dict[int, frozenset[
@@ -99,7 +102,14 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
     """A heuristic plan, or None when the heuristic's plan is not feasible.  ``start``:
     a first choice per edge (e.g. a rounded LP solution; None, or a choice not allowed,
     takes the cheapest choice in isolation), repaired the same way."""
+    with paused_gc():  # the plans it checks allocate many small objects, none garbage
+        return _greedy_assignment(problem, restrictions, start)
+
+
+def _greedy_assignment(problem: Problem, restrictions: Restrictions | None,
+                       start: Sequence[Decision | None] | None) -> Assignment | None:
     choices: list[Decision] = []
+    prices: _Prices = {}
     for e in problem.edges:
         allowed = allowed_choices(problem, e, restrictions)
         if not allowed:
@@ -108,19 +118,21 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
         if first is not None and first in allowed:
             choices.append(first)
             continue
-        priced = [(p, i, c) for i, c in enumerate(allowed)
-                  if (p := _isolated_price(problem, e, c)) is not None]
+        priced = prices[e.index] = [(p, i, c) for i, c in enumerate(allowed)
+                                    if (p := _isolated_price(problem, e, c)) is not None]
         choices.append(min(priced)[2] if priced else allowed[-1])
-    if not _repair_registers(problem, choices, restrictions):
+    if not _repair_registers(problem, choices, restrictions, prices):
         return None
     # The sweep above counts only a segment's own virtual edges; the evaluation also
     # holds values over chains of guarded segments.  Its register overflows are repaired
     # the same way (evict the biggest value held there), until it passes or cannot.
+    # Overflows are found from what each plan holds; only a plan without any is evaluated
+    # (infeasible for another reason, it has nothing to evict either).
     for _ in range(_EVALUATED_REPAIRS):
         placement, versions = _placements(problem, tuple(choices))
         if placement is None:
             return None
-        ev = None
+        last = None  # what the last plan tried holds, and where it overflows
         tried: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         for k in ("max", "min"):
             vers = tuple(v if k == "max" else 1 for v in versions)
@@ -129,10 +141,12 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
                 continue  # nothing has versions to drop: the same assignment again
             tried.add((vers, mems))
             a = Assignment(tuple(choices), placement, vers, mems)
-            ev = evaluate(problem, a, restrictions)
-            if ev.feasible:
+            held = held_at_points(problem, a)
+            over = overflows(problem, held)
+            if not over and evaluate_held(problem, a, restrictions, held).feasible:
                 return a
-        if ev is None or not _evict_overflows(problem, ev, choices, restrictions):
+            last = (held, over)
+        if last is None or not _evict_overflows(problem, *last, choices, restrictions, prices):
             return None
     return None
 
@@ -141,58 +155,61 @@ def greedy_assignment(problem: Problem, restrictions: Restrictions | None = None
 _EVALUATED_REPAIRS = 20
 
 
-def _evict_overflows(problem: Problem, ev: Evaluation, choices: list[Decision],
-                     restrictions: Restrictions | None) -> bool:
-    """At every point where ``ev`` overflows a register resource, move the biggest value
-    with a virtual edge held there out of registers; False when no point changed."""
+def _evict_overflows(problem: Problem, listing: list[tuple[tuple[str, int], list[Held]]],
+                     over: list[tuple[str, str, int]], choices: list[Decision],
+                     restrictions: Restrictions | None, prices: _Prices) -> bool:
+    """At every point where a plan holding ``listing`` overflows a register resource
+    (``over``: :func:`overflows`), move the biggest value with a virtual edge held there
+    out of registers; False when no point changed."""
     registers = {v.register for v in problem.values if v.register}
-    held = dict(ev.held)
+    held = dict(listing)
     changed = False
-    for occ in ev.occupancy:
-        if occ.resource not in registers or occ.capacity is None or occ.bytes <= occ.capacity:
+    for resource, owner, point in over:
+        if resource not in registers:
             continue
-        owners = [h.key[1] for h in held.get((occ.owner, occ.point), ())
-                  if h.resource == occ.resource and h.key[0] == "value"
+        owners = [h.key[1] for h in held.get((owner, point), ())
+                  if h.resource == resource and h.key[0] == "value"
                   and isinstance(h.key[1], int)
                   and any(choices[i] is VIRTUAL for i in problem.values[h.key[1]].edges)]
         if not owners:
             continue
         worst = max(owners, key=lambda i: (problem.values[i].reg_bytes, i))
-        changed = _evict(problem, worst, choices, restrictions) or changed
+        changed = _evict_priced(problem, worst, choices, restrictions, prices) or changed
     return changed
 
 
 def _repair_registers(problem: Problem, choices: list[Decision],
-                      restrictions: Restrictions | None) -> bool:
+                      restrictions: Restrictions | None, prices: _Prices) -> bool:
     """Sweep the checked points; where registers overflow, move the biggest virtual value
     out (its virtual edges take their cheapest other allowed choice).
 
     Only an evicted value's choices change: what each value's segments hold in registers,
-    and its bytes there, are cached per value and dropped when it is evicted."""
+    and its bytes there, are cached per value and dropped when it is evicted.  An
+    eviction only takes edges out of registers, so the values with a virtual segment
+    at the start are the only ones the sweep ever looks at."""
+    values = problem.values
     virtual: dict[int, set[int]] = {}  # value -> its segments with a virtual edge
+    for v in values:
+        if v.register and any(choices[i] is VIRTUAL for i in v.edges):
+            virtual[v.index] = _virtual_segments(v, choices)
     used: dict[int, int] = {}  # value -> its register bytes (every version it keeps)
+    empty: set[int] = set()
     for lp in problem.live_points:
-        while True:
+        order = [vi for vi, si in lp.segments if si in virtual.get(vi, empty)]
+        while order:
             held: dict[str, list[int]] = {}
-            for vi, si in lp.segments:
-                v = problem.values[vi]
-                if not v.register:
-                    continue
-                segs = virtual.get(vi)  # (the cache looked up here: a hot loop)
-                if segs is None:
-                    segs = virtual[vi] = _virtual_segments(v, choices)
-                if si in segs:
-                    held.setdefault(v.register, []).append(vi)
-            over = [(r, vs) for r, vs in held.items() if _overflows(problem, r, lp.owner, vs,
-                                                                    choices, used)]
-            if not over:
+            for vi in order:
+                held.setdefault(values[vi].register, []).append(vi)  # type: ignore[arg-type]
+            vs = next((vs for r, vs in held.items()
+                       if _overflows(problem, r, lp.owner, vs, choices, used)), None)
+            if vs is None:
                 break
-            _, vs = over[0]
-            worst = max(vs, key=lambda i: (problem.values[i].reg_bytes, i))
-            virtual.pop(worst, None)
+            worst = max(vs, key=lambda i: (values[i].reg_bytes, i))
+            del virtual[worst]  # none left once evicted (else the repair gives up)
             used.pop(worst, None)
-            if not _evict(problem, worst, choices, restrictions):
+            if not _evict_priced(problem, worst, choices, restrictions, prices):
                 return False
+            order = [vi for vi in order if vi != worst]
     return True
 
 
@@ -222,12 +239,22 @@ def _overflows(problem: Problem, resource: str, owner: str, values: list[int],
 
 def _evict(problem: Problem, vi: int, choices: list[Decision],
            restrictions: Restrictions | None) -> bool:
+    return _evict_priced(problem, vi, choices, restrictions, {})
+
+
+def _evict_priced(problem: Problem, vi: int, choices: list[Decision],
+                  restrictions: Restrictions | None, prices: _Prices) -> bool:
+    """Move value ``vi``'s virtual edges to their cheapest other choice; False when one
+    has none."""
     for i in problem.values[vi].edges:
         if choices[i] is not VIRTUAL:
             continue
         e = problem.edges[i]
-        others = [(p, n, c) for n, c in enumerate(allowed_choices(problem, e, restrictions))
-                  if c is not VIRTUAL and (p := _isolated_price(problem, e, c)) is not None]
+        priced = prices.get(i)
+        if priced is None:
+            priced = [(p, n, c) for n, c in enumerate(allowed_choices(problem, e, restrictions))
+                      if (p := _isolated_price(problem, e, c)) is not None]
+        others = [x for x in priced if x[2] is not VIRTUAL]
         if not others:
             return False
         choices[i] = min(others)[2]
@@ -238,13 +265,20 @@ def _placements(problem: Problem, choices: tuple[Decision, ...]
                 ) -> tuple[tuple[int | None, ...] | None, tuple[int, ...]]:
     placement: list[int | None] = []
     versions: list[int] = []
+    edges = problem.edges
     for v in problem.values:
-        _, mat, cross = derived_flags(problem, choices, v)
+        readers: list[Edge] = []  # its materialized edges
+        cross = False  # preserved across stages (:func:`derived_flags`)
+        for i in v.edges:
+            c = choices[i]
+            if c is MATERIALIZED:
+                readers.append(edges[i])
+            if not cross and (c is MATERIALIZED or c is VIRTUAL) and edges[i].cross_stage:
+                cross = True
         versions.append(v.max_versions if cross else 1)
-        if not mat:
+        if not readers:
             placement.append(None)
             continue
-        readers = [problem.edges[i] for i in v.edges if choices[i] is MATERIALIZED]
         ok = [q for q in range(len(v.placements))
               if all(e.reads[q] is not None for e in readers)]
         if not ok:

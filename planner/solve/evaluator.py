@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from planner.solve.problem import (
     Terms,
     Value,
     add_terms,
+    paused_gc,
     terms,
 )
 
@@ -105,14 +107,24 @@ def evaluate(problem: Problem, a: Assignment,
     its first preserved cross-stage edge.  Inside :func:`reusing_evaluations` the answers
     to the latest questions are reused.
     """
+    return evaluate_held(problem, a, restrictions, None)
+
+
+def evaluate_held(problem: Problem, a: Assignment,
+                  restrictions: Mapping[int, frozenset[Decision]] | None,
+                  held: list[tuple[tuple[str, int], list[Held]]] | None) -> Evaluation:
+    """:func:`evaluate`, given ``held``: :func:`held_at_points`' answer for ``a`` when
+    the caller has it already (None: computed here)."""
     recent = getattr(_LOCAL, "recent", None)
     if recent is None:
-        return _evaluate(problem, a, restrictions)
+        with paused_gc():  # it allocates many small objects and frees none of them
+            return _evaluate(problem, a, restrictions, held)
     r = restrictions or {}
     for p, rr, aa, ev in reversed(recent):
         if p is problem and (aa is a or aa == a) and (rr is r or rr == r):
             return ev
-    ev = _evaluate(problem, a, restrictions)
+    with paused_gc():
+        ev = _evaluate(problem, a, restrictions, held)
     if len(recent) >= _RECENT_SIZE:
         del recent[0]
     recent.append((problem, dict(r), a, ev))
@@ -120,12 +132,13 @@ def evaluate(problem: Problem, a: Assignment,
 
 
 def _evaluate(problem: Problem, a: Assignment,
-              restrictions: Mapping[int, frozenset[Decision]] | None) -> Evaluation:
+              restrictions: Mapping[int, frozenset[Decision]] | None,
+              held: list[tuple[tuple[str, int], list[Held]]] | None) -> Evaluation:
     bad: list[str] = []
     edge_terms: list[Terms] = [() for _ in problem.edges]
     for e in problem.edges:
         c = a.choices[e.index]
-        if c not in allowed_choices(problem, e, restrictions):
+        if not _allowed(problem, e, c, restrictions):
             bad.append(f"{e.edge_id}: {c.value} is not allowed")
     for v in problem.values:
         bad += _evaluate_value(problem, a, v, edge_terms)
@@ -141,7 +154,8 @@ def _evaluate(problem: Problem, a: Assignment,
             continue
         memory_terms.append(terms(**{STALLS: m.stall[k - 1],
                                      TRAFFIC: m.home_cost[h] if m.home_cost else 0}))
-    held = held_at_points(problem, a)
+    if held is None:
+        held = held_at_points(problem, a)
     occupancy = occupancies(problem, a, held)
     for occ in occupancy:
         if occ.capacity is not None and occ.bytes > occ.capacity:
@@ -151,45 +165,67 @@ def _evaluate(problem: Problem, a: Assignment,
                       problem.constant, tuple(occupancy), tuple(held))
 
 
+def _allowed(problem: Problem, e: Edge, c: Decision,
+             restrictions: Mapping[int, frozenset[Decision]] | None) -> bool:
+    """``c in allowed_choices(problem, e, restrictions)``, without building the list."""
+    if c.__class__ is not Decision or not e.legal(c):
+        return c in allowed_choices(problem, e, restrictions)
+    if restrictions and e.index in restrictions:
+        return c in restrictions[e.index]
+    policy = problem.values[e.value].policy
+    if policy == "preserve":
+        return c in PRESERVING
+    if policy == "inline":
+        return c in INLINING or not any(e.legal(x) for x in INLINING)
+    return True
+
+
 def _evaluate_value(problem: Problem, a: Assignment, v: Value,
                     edge_terms: list[Terms]) -> list[str]:
     bad: list[str] = []
-    home, mat, cross = derived_flags(problem, a.choices, v)
+    choices = a.choices
     q = a.placement[v.index]
     k = a.versions[v.index]
     es = [problem.edges[i] for i in v.edges]
-    if mat != (q is not None):
+    # (home, materialized, preserved across stages) of :func:`derived_flags`, and the
+    # edges the value-level costs go to, in one pass: a hot loop
+    first_home = first_mat = first_cross = None
+    for e in es:
+        c = choices[e.index]
+        if c is VIRTUAL or c is MATERIALIZED:
+            if first_home is None:
+                first_home = e
+            if first_mat is None and c is MATERIALIZED:
+                first_mat = e
+            if first_cross is None and e.stage_distance > 0:
+                first_cross = e
+    if (first_mat is not None) != (q is not None):
         bad.append(f"{v.name}: placement {q} does not match its materialized edges")
-    if not 1 <= k <= v.max_versions or (k != 1 and not cross):
+    if not 1 <= k <= v.max_versions or (k != 1 and first_cross is None):
         bad.append(f"{v.name}: {k} versions (allowed 1..{v.max_versions}, 1 unless preserved "
                    "across stages)")
     for e in es:
-        c = a.choices[e.index]
-        part: list[Terms] = []
+        c = choices[e.index]
+        parts: list[Terms] = []
         if c is FUSED:
-            part.append(e.fused)
+            parts.append(e.fused)
         elif c is RECOMPUTED:
-            part.append(e.recompute)
+            parts.append(e.recompute)
         elif c is MATERIALIZED and q is not None:
             read = e.reads[q] if q < len(e.reads) else None
             if read is None:
                 bad.append(f"{e.edge_id}: placement in {v.placements[q].resource} is not "
                            "admissible")
             else:
-                part.append(read)
-        edge_terms[e.index] = add_terms(edge_terms[e.index], *part)
-    first_home = next((e for e in es if a.choices[e.index] in PRESERVING), None)
-    if home and first_home is not None:
-        edge_terms[first_home.index] = add_terms(edge_terms[first_home.index], v.home)
-    first_mat = next((e for e in es if a.choices[e.index] is MATERIALIZED), None)
-    if first_mat is not None and q is not None:
-        edge_terms[first_mat.index] = add_terms(edge_terms[first_mat.index],
-                                                v.placements[q].write)
-    first_cross = next((e for e in es if a.choices[e.index] in PRESERVING and e.cross_stage),
-                       None)
-    if first_cross is not None and 1 <= k <= v.max_versions:
-        edge_terms[first_cross.index] = add_terms(edge_terms[first_cross.index],
-                                                  terms(**{STALLS: v.stall[k - 1]}))
+                parts.append(read)
+        if e is first_home:
+            parts.append(v.home)
+        if e is first_mat and q is not None:
+            parts.append(v.placements[q].write)
+        if e is first_cross and 1 <= k <= v.max_versions:
+            parts.append(terms(**{STALLS: v.stall[k - 1]}))
+        # one sum of every part: the same terms as adding them one at a time
+        edge_terms[e.index] = add_terms(*parts) if parts else ()
     return bad
 
 
@@ -204,6 +240,8 @@ class Truth:
         self._last: dict[tuple[int, int], int] = {}
         self._spans: dict[int, tuple[list[int], list[int]]] = {}
         self._recompute: dict[int, frozenset[int]] = {}
+        self._inlines: dict[int, list[Edge]] = {}
+        self._recomputing: bool | None = None  # some edge recomputed (asked lazily)
 
     def last_held(self, v: Value, ci: int) -> int:
         """The last position of ``v.chains[ci]`` whose guard holds (-1: none); a segment
@@ -213,7 +251,8 @@ class Truth:
         if got is None and v.chains[ci].site_of >= 0:
             chain = v.chains[ci]
             got = -1
-            for site in self.sites(chain.site_of):
+            sites = self._sites.get(chain.site_of)
+            for site in sites if sites is not None else self.sites(chain.site_of):
                 j = bisect.bisect_left(chain.points, site)
                 if j < len(chain.points) and chain.points[j] == site:
                     got = max(got, j)
@@ -223,11 +262,23 @@ class Truth:
             guards = v.chains[ci].guards
             every = self.problem.guards
             known = self._sites
+            recomputed = self._recompute
+            recomputing = self._recomputing
+            if recomputing is None:  # with no edge recomputed, no ``recompute`` guard holds
+                recomputing = self._recomputing = RECOMPUTED in self.a.choices
             for j in range(len(guards) - 1, -1, -1):
                 g = every[guards[j]]
-                if g.kind == "site":  # :meth:`guard`, inlined: a hot loop
+                kind = g.kind
+                if kind == "site":  # :meth:`guard`, inlined: a hot loop
                     held = known.get(g.a)
                     if g.b in (held if held is not None else self.sites(g.a)):
+                        got = j
+                        break
+                elif kind == "recompute":  # the same
+                    if not recomputing:
+                        continue
+                    held = recomputed.get(g.a)
+                    if g.b in (held if held is not None else self.recompute_sites(g.a)):
                         got = j
                         break
                 elif self.guard(guards[j]):
@@ -258,10 +309,22 @@ class Truth:
                 reg.append((a, b))
             elif c is MATERIALIZED:
                 mat.append((a, b))
+        known = self._sites
         for ci, chain in enumerate(v.chains):
             c = choices[chain.edge]
             if c is VIRTUAL or c is MATERIALIZED:
-                j = self.last_held(v, ci)
+                if chain.site_of >= 0:  # :meth:`last_held` of one site, inlined: a hot loop
+                    sites = known.get(chain.site_of)
+                    if sites is None:
+                        sites = self.sites(chain.site_of)
+                    points = chain.points
+                    j = -1
+                    for site in sites:
+                        at = bisect.bisect_left(points, site)
+                        if at < len(points) and points[at] == site and at > j:
+                            j = at
+                else:
+                    j = self.last_held(v, ci)
                 if j >= 0:
                     (reg if c is VIRTUAL else mat).append((chain.start, chain.ends[j]))
         got = self._spans[vi] = (_merged(reg), _merged(mat))
@@ -270,18 +333,25 @@ class Truth:
     def home(self, vi: int) -> bool:
         """Whether value ``vi`` is computed at its own point (into its buffer)."""
         v = self.problem.values[vi]
-        return not v.inlinable or any(self.a.choices[i] in PRESERVING for i in v.edges)
+        if not v.inlinable:
+            return True
+        choices = self.a.choices
+        for i in v.edges:  # (``in PRESERVING`` hashes the enum: a hot loop)
+            c = choices[i]
+            if c is VIRTUAL or c is MATERIALIZED:
+                return True
+        return False
 
     def sites(self, vi: int) -> frozenset[int]:
         """The points where value ``vi``'s expression is evaluated."""
         got = self._sites.get(vi)
         if got is not None:
             return got
-
-        def inlined(vj: int) -> list[Edge]:
-            return [e for i in self.problem.values[vj].edges
-                    if (c := self.a.choices[i]) in INLINING
-                    and (e := self.problem.edges[i]).legal(c)]  # (illegal: reported anyway)
+        inlined = self._inlined
+        if not inlined(vi):  # evaluated at home only, or nowhere: most values
+            got = self._sites[vi] = frozenset(
+                (self.problem.values[vi].def_point,) if self.home(vi) else ())
+            return got
 
         def compute(vj: int) -> frozenset[int]:
             out = {self.problem.values[vj].def_point} if self.home(vj) else set()
@@ -293,6 +363,18 @@ class Truth:
         return memo_postorder(vi, lambda vj: [e.consumer_value for e in inlined(vj)
                                               if e.consumer_value is not None],
                               compute, self._sites)
+
+    def _inlined(self, vi: int) -> list[Edge]:
+        """The edges of value ``vi`` fused or recomputed into their consumer (legally: an
+        illegal choice is reported anyway)."""
+        got = self._inlines.get(vi)
+        if got is None:
+            choices = self.a.choices
+            edges = self.problem.edges
+            got = self._inlines[vi] = [
+                e for i in self.problem.values[vi].edges
+                if ((c := choices[i]) is FUSED or c is RECOMPUTED) and (e := edges[i]).legal(c)]
+        return got
 
     def recompute_sites(self, vi: int) -> frozenset[int]:
         """The points where value ``vi``'s chain is re-derived (a recomputed edge), cached."""
@@ -355,6 +437,8 @@ def segment_live(problem: Problem, a: Assignment, v: Value, seg: Segment,
 
 def _merged(spans: list[tuple[int, int]]) -> list[int]:
     """Disjoint sorted ``[start, end)`` intervals covering ``spans``, flattened."""
+    if len(spans) < 2:
+        return list(spans[0]) if spans else []
     out: list[int] = []
     for a, b in sorted(spans):
         if out and a <= out[-1]:
@@ -372,6 +456,10 @@ def _inside(flat: list[int], point: int) -> bool:
 def _pieces(reg: list[int], mat: list[int]) -> list[tuple[int, int, bool, bool]]:
     """``(start, end, in registers, in its buffer)`` over the union of two flattened
     interval lists, split wherever either changes."""
+    if not mat and len(reg) == 2:  # one interval in registers only: most values
+        return [(reg[0], reg[1], True, False)] if reg[0] < reg[1] else []
+    if not reg and len(mat) == 2:  # or in its buffer only
+        return [(mat[0], mat[1], False, True)] if mat[0] < mat[1] else []
     cuts = sorted(set(reg) | set(mat))
     out: list[tuple[int, int, bool, bool]] = []
     for lo, hi in itertools.pairwise(cuts):
@@ -395,6 +483,11 @@ class Held:
     sync: str | None = None  # the catalog sync rule ordering its writes before reads
 
 
+#: The guards that decide where a yielded value is held (in its carry's buffer or not).
+_CARRY_GUARDS = frozenset({"split", "pingpong"})
+_KIND = operator.attrgetter("kind")
+
+
 def held_at_points(problem: Problem, a: Assignment
                    ) -> list[tuple[tuple[str, int], list[Held]]]:
     """The buffers held at every checked point ``(owner, point)``.
@@ -405,10 +498,15 @@ def held_at_points(problem: Problem, a: Assignment
     keeps its answer (:attr:`Evaluation.held`): pass that on rather than asking again."""
     truth = Truth(problem, a)
     into: dict[int, tuple[int, bool]] = {}  # yielded value -> (its carry, two versions)
-    for gi, g in enumerate(problem.guards):
+    kinds = list(map(_KIND, problem.guards))
+    carries = [gi for gi, k in enumerate(kinds) if k in _CARRY_GUARDS] \
+        if "split" in kinds or "pingpong" in kinds else []  # (a scan in C: most have none)
+    for gi in carries:
+        g = problem.guards[gi]
         if g.kind == "split" and not truth.guard(gi):
             into.setdefault(g.b, (g.a, False))
-    for gi, g in enumerate(problem.guards):
+    for gi in carries:
+        g = problem.guards[gi]
         if g.kind == "pingpong" and truth.guard(gi):
             into[g.b] = (g.a, True)
     pingpong = {c for c, two in into.values() if two}
@@ -417,9 +515,12 @@ def held_at_points(problem: Problem, a: Assignment
     # in every segment some other plan might hold.
     at = [lp.point for lp in problem.live_points]
     values_at: list[list[Held]] = [[] for _ in at]
+    edges = problem.edges
+    held_somewhere = {edges[i].value for i, c in enumerate(a.choices)
+                      if c is VIRTUAL or c is MATERIALIZED}  # else every edge inlined
     for v in problem.values:
-        if not any(a.choices[i] in PRESERVING for i in v.edges):
-            continue  # every edge inlined: held nowhere
+        if v.index not in held_somewhere:
+            continue
         kinds: dict[tuple[bool, bool], list[Held]] = {}
         for lo, hi, reg, mat in _pieces(*truth.spans(v.index)):
             seg = kinds.get((reg, mat))
@@ -429,6 +530,9 @@ def held_at_points(problem: Problem, a: Assignment
             if seg:
                 for j in range(bisect.bisect_left(at, lo), bisect.bisect_left(at, hi)):
                     values_at[j] += seg
+    if not into and not problem.memories and not problem.temps:  # values alone
+        return [((lp.owner, lp.point), held)
+                for lp, held in zip(problem.live_points, values_at, strict=True)]
     memories: dict[int, Held] = {}  # the same at every point
     out: list[tuple[tuple[str, int], list[Held]]] = []
     for lp, held in zip(problem.live_points, values_at, strict=True):
@@ -481,23 +585,45 @@ def _segment_held(problem: Problem, a: Assignment, vi: int, reg: bool, mat: bool
     return out
 
 
+def overflows(problem: Problem, held: Sequence[tuple[tuple[str, int], list[Held]]]
+              ) -> list[tuple[str, str, int]]:
+    """``(resource, owner, point)`` of each of :func:`occupancies` over its capacity, in
+    its order, from ``held`` (:func:`held_at_points`' answer): the capacity violations
+    of :func:`evaluate`, without listing every holder."""
+    out: list[tuple[str, str, int]] = []
+    for (owner, point), held_here in held:
+        per: dict[str, int] = {}
+        for h in held_here:
+            per[h.resource] = per.get(h.resource, 0) + h.bytes
+        for res, used in sorted(per.items()) if len(per) > 1 else per.items():
+            cap = problem.capacity(res, owner)
+            if cap is not None and used > cap:
+                out.append((res, owner, point))
+    return out
+
+
 def occupancies(problem: Problem, a: Assignment,
                 held: Sequence[tuple[tuple[str, int], list[Held]]] | None = None
                 ) -> list[Occupancy]:
     """Bytes held per resource at every checked point, with the holders (from ``held``,
     :func:`held_at_points`' answer for ``a``, when given)."""
     out: list[Occupancy] = []
-    labels: dict[int, tuple[str, int]] = {}  # id(holder) -> (label, bytes): shared holders
+    # id(holder) -> (resource, (label, bytes)): holders are shared between points
+    labels: dict[int, tuple[str, tuple[str, int]]] = {}
     listing = held if held is not None else held_at_points(problem, a)
     for (owner, point), held_here in listing:
         per: dict[str, list[tuple[str, int]]] = {}
         for h in held_here:
-            item = labels.get(id(h))
-            if item is None:
-                item = labels[id(h)] = (h.name if h.versions == 1
-                                        else f"{h.name} ×{h.versions}", h.bytes)
-            per.setdefault(h.resource, []).append(item)
-        for res, holders in sorted(per.items()):
-            out.append(Occupancy(res, owner, point, sum(b for _, b in holders),
+            got = labels.get(id(h))
+            if got is None:
+                got = labels[id(h)] = (h.resource, (h.name if h.versions == 1
+                                                    else f"{h.name} ×{h.versions}", h.bytes))
+            items = per.get(got[0])
+            if items is None:
+                per[got[0]] = [got[1]]
+            else:
+                items.append(got[1])
+        for res, holders in sorted(per.items()) if len(per) > 1 else per.items():
+            out.append(Occupancy(res, owner, point, sum([b for _, b in holders]),
                                  problem.capacity(res, owner), tuple(holders)))
     return out
