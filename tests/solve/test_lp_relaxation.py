@@ -28,6 +28,21 @@ CASES = [("softmax", "x86-avx2"), ("gemm", "apple-m2"), ("manual_gemm", "nvidia-
          ("layernorm", "x86-avx2"), ("attention", "apple-m2")]
 
 
+def _plain_and_worse():  # type: ignore[no-untyped-def]
+    """(plan_kernel's arguments, the problem, the plain heuristic's plan, a costlier plan
+    (every edge materialized, repaired), their objectives) on a small DAG."""
+    from planner.solve.costs import MATERIALIZED
+
+    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    problem = build_problem(*args)
+    plain = greedy_assignment(problem, {})
+    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
+    assert plain is not None and worse is not None
+    good, bad = evaluate(problem, plain, {}).objective, evaluate(problem, worse, {}).objective
+    assert bad > good
+    return args, problem, plain, worse, good, bad
+
+
 def _toy(build, costs):  # type: ignore[no-untyped-def]
     """A stand-in BuiltModel: ``build(model)`` returns the literals ``costs`` prices."""
     m = cp_model.CpModel()
@@ -177,16 +192,9 @@ def test_completed_hint_is_the_hinted_plan() -> None:
 
 def test_an_unproved_search_worse_than_its_hint_keeps_the_hint(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from planner.solve.costs import MATERIALIZED
     from planner.solve.model import SolveResult
 
-    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
-    problem = build_problem(*args)
-    hint = greedy_assignment(problem, {})
-    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
-    assert hint is not None and worse is not None
-    good, bad = evaluate(problem, hint, {}).objective, evaluate(problem, worse, {}).objective
-    assert bad > good
+    args, _, _, worse, good, bad = _plain_and_worse()
 
     def search(*a: object, **k: object) -> SolveResult:
         return SolveResult("feasible", worse, bad, 0, 0.0)
@@ -203,16 +211,9 @@ def test_a_better_search_plan_wins_whatever_cost_the_model_gives_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # plans are compared by the evaluator's objective: the model's cost of a plan
     # (rounded up, a completed hint's free literals) can exceed it
-    from planner.solve.costs import MATERIALIZED
     from planner.solve.model import SolveResult
 
-    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
-    problem = build_problem(*args)
-    better = greedy_assignment(problem, {})
-    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
-    assert better is not None and worse is not None
-    good, bad = evaluate(problem, better, {}).objective, evaluate(problem, worse, {}).objective
-    assert bad > good
+    args, _, better, worse, good, bad = _plain_and_worse()
 
     def search(*a: object, **k: object) -> SolveResult:
         return SolveResult("feasible", better, bad + 1000, 0, 0.0)
@@ -299,15 +300,8 @@ def test_the_plain_heuristic_runs_while_the_lp_solves_and_the_cheaper_plan_wins(
     import threading
     import time
 
-    from planner.solve.costs import MATERIALIZED
 
-    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
-    problem = build_problem(*args)
-    plain = greedy_assignment(problem, {})
-    worse = greedy_assignment(problem, {}, [MATERIALIZED] * len(problem.edges))
-    assert plain is not None and worse is not None
-    good, bad = evaluate(problem, plain, {}).objective, evaluate(problem, worse, {}).objective
-    assert bad > good
+    args, problem, _, worse, good, _ = _plain_and_worse()
     spans: dict[str, tuple[float, float]] = {}
     threads: dict[str, int] = {}
     real_fallback = planner_module.fallback_assignment
