@@ -27,8 +27,13 @@ Each thread count runs in its own child process pinned to that many cores
 ``numba.set_num_threads``, ``XLA_FLAGS`` before JAX starts, ``HL_NUM_THREADS`` before
 halide is imported), so no peer sees more cores than planner. Within a child, variants
 are interleaved round by round (ABBA order), each sample after a short warm-up of the
-same variant; the table gives median, min and max, and the ratio peer median / planner
-median (> 1: planner faster). Every output is checked against the numpy reference
+same variant, which starts after a pause of ``SETTLE_S`` (the threads of the variant
+before it spin idle for a while: OpenBLAS's for ~0.1 s after each call, 2^28 cycles, and
+a variant timed while one of them spins on the other core runs its second thread at
+half speed; on the Zen 4 VM planner's 2-thread attention L = S = 1024 took 4.2-4.9 ms
+right after numpy and 1.6-1.9 ms otherwise, and JAX and torch.compile gained 10-25 %
+from the pause too); the table gives median, min and max, and the ratio peer median /
+planner median (> 1: planner faster). Every output is checked against the numpy reference
 first (the max abs error is printed).
 """
 
@@ -51,6 +56,7 @@ from halide_peer import build as halide_build
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP_S = 0.1
+SETTLE_S = 0.3
 
 
 def _setup_child(threads: int) -> None:
@@ -257,6 +263,7 @@ def _workloads(quick: bool) -> list[tuple[str, str, object, dict[str, int],
 
 
 def _sample(f: Callable[[], object]) -> float:
+    time.sleep(SETTLE_S)  # the previous variant's idle threads stop spinning
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < WARMUP_S:
         f()
