@@ -2,7 +2,7 @@
 
 Run from the repository root (peers: ``pip install -e '.[bench]'``)::
 
-    python bench/peers.py            # 1 and 2 threads, a few minutes
+    python bench/peers.py            # 1 and 2 threads, about 10 minutes
     python bench/peers.py --quick    # smaller sizes, fewer rounds
     python bench/peers.py --only layernorm --only gelu   # rows whose name has either
 
