@@ -394,8 +394,8 @@ def solve_parts(bm: BuiltModel, *, time_limit_s: float = 10.0, workers: int = 2,
             return
         solver = _solver(min(left, share), 1)
         # probing in presolve costs more than it saves on these parts: the 1,000-edge
-        # synthetic graph's two large parts proved optimal in 1.04 and 0.75 s without
-        # it, 1.24 and 0.83 s with it (one worker each, AMD Zen 4 VM, medians of 3)
+        # synthetic graph's two large parts proved optimal in 1.04 and 0.73 s without
+        # it, 1.23 and 0.81 s with it (one worker each, AMD Zen 4 VM, medians of 3)
         solver.parameters.cp_model_probing_level = 0
         if not running.enter(solver):
             return  # a part was proved infeasible: so is the whole model
