@@ -35,7 +35,13 @@ from planner.solve.costs import (
     is_fusible_kind,
     total,
 )
-from planner.solve.evaluator import Held, evaluate_held, held_at_points, overflows
+from planner.solve.evaluator import (
+    Held,
+    evaluate_held,
+    first_holders,
+    held_at_points,
+    overflows,
+)
 from planner.solve.problem import paused_gc
 
 Restrictions = Mapping[int, frozenset[Decision]]
@@ -267,14 +273,8 @@ def _placements(problem: Problem, choices: tuple[Decision, ...]
     versions: list[int] = []
     edges = problem.edges
     for v in problem.values:
-        readers: list[Edge] = []  # its materialized edges
-        cross = False  # preserved across stages (:func:`derived_flags`)
-        for i in v.edges:
-            c = choices[i]
-            if c is MATERIALIZED:
-                readers.append(edges[i])
-            if not cross and (c is MATERIALIZED or c is VIRTUAL) and edges[i].cross_stage:
-                cross = True
+        readers = [edges[i] for i in v.edges if choices[i] is MATERIALIZED]
+        cross = first_holders(problem, choices, v)[2] is not None
         versions.append(v.max_versions if cross else 1)
         if not readers:
             placement.append(None)

@@ -50,30 +50,62 @@ from planner.solve.problem import (
 def derived_flags(problem: Problem, choices: Sequence[Decision], v: Value
                   ) -> tuple[bool, bool, bool]:
     """(home, materialized, preserved across stages) of value ``v`` under ``choices``."""
-    es = [problem.edges[i] for i in v.edges]
-    home = any(choices[e.index] in PRESERVING for e in es)
-    mat = any(choices[e.index] is MATERIALIZED for e in es)
-    cross = any(choices[e.index] in PRESERVING and e.cross_stage for e in es)
-    return home, mat, cross
+    home, mat, cross = first_holders(problem, choices, v)
+    return home is not None, mat is not None, cross is not None
+
+
+def first_holders(problem: Problem, choices: Sequence[Decision], v: Value
+                  ) -> tuple[Edge | None, Edge | None, Edge | None]:
+    """The first edge of value ``v`` that keeps it at home (virtual or materialized),
+    the first materialized one and the first one kept across stages (None: no such
+    edge): the edges its value-level costs go to, in one pass."""
+    first_home = first_mat = first_cross = None
+    edges = problem.edges
+    for i in v.edges:
+        c = choices[i]
+        if c is VIRTUAL or c is MATERIALIZED:  # ``in PRESERVING`` hashes: a hot loop
+            e = edges[i]
+            if first_home is None:
+                first_home = e
+            if first_mat is None and c is MATERIALIZED:
+                first_mat = e
+            if first_cross is None and e.stage_distance > 0:
+                first_cross = e
+    return first_home, first_mat, first_cross
 
 
 def allowed_choices(problem: Problem, e: Edge,
                     restrictions: Mapping[int, frozenset[Decision]] | None = None
                     ) -> list[Decision]:
-    """Legal choices of ``e`` under the policy, or under a baseline's restrictions.
+    """Legal choices of ``e`` under the policy, or under a baseline's restrictions
+    (:func:`is_allowed`, in :data:`CHOICES` order)."""
+    return [c for c in CHOICES if is_allowed(problem, e, c, restrictions)]
+
+
+def is_allowed(problem: Problem, e: Edge, c: Decision,
+               restrictions: Mapping[int, frozenset[Decision]] | None = None) -> bool:
+    """Whether choice ``c`` is legal on ``e`` and allowed by the policy, or by a
+    baseline's restrictions.
 
     A baseline is a complete strategy: where it restricts an edge, the policy does not
-    apply.  The ``expensive-only`` policy only inlines edges where inlining is legal.
+    apply.  The ``inline`` policy only inlines edges where inlining is legal (elsewhere
+    every legal choice is allowed).
     """
-    v = problem.values[e.value]
-    out = [c for c in CHOICES if e.legal(c)]
+    if c.__class__ is not Decision:  # a plain string naming a choice (or nothing)
+        named = next((d for d in CHOICES if d == c), None)
+        if named is None:
+            return False
+        c = named
+    if not e.legal(c):
+        return False
     if restrictions and e.index in restrictions:
-        return [c for c in out if c in restrictions[e.index]]
-    if v.policy == "preserve":
-        out = [c for c in out if c in PRESERVING]
-    elif v.policy == "inline":
-        out = [c for c in out if c in INLINING] or out
-    return out
+        return c in restrictions[e.index]
+    policy = problem.values[e.value].policy
+    if policy == "preserve":
+        return c in PRESERVING
+    if policy == "inline":
+        return c in INLINING or not any(e.legal(x) for x in INLINING)
+    return True
 
 
 # Inside :func:`reusing_evaluations` (one planning call), the latest evaluations, newest
@@ -138,7 +170,7 @@ def _evaluate(problem: Problem, a: Assignment,
     edge_terms: list[Terms] = [() for _ in problem.edges]
     for e in problem.edges:
         c = a.choices[e.index]
-        if not _allowed(problem, e, c, restrictions):
+        if not is_allowed(problem, e, c, restrictions):
             bad.append(f"{e.edge_id}: {c.value} is not allowed")
     for v in problem.values:
         bad += _evaluate_value(problem, a, v, edge_terms)
@@ -165,21 +197,6 @@ def _evaluate(problem: Problem, a: Assignment,
                       problem.constant, tuple(occupancy), tuple(held))
 
 
-def _allowed(problem: Problem, e: Edge, c: Decision,
-             restrictions: Mapping[int, frozenset[Decision]] | None) -> bool:
-    """``c in allowed_choices(problem, e, restrictions)``, without building the list."""
-    if c.__class__ is not Decision or not e.legal(c):
-        return c in allowed_choices(problem, e, restrictions)
-    if restrictions and e.index in restrictions:
-        return c in restrictions[e.index]
-    policy = problem.values[e.value].policy
-    if policy == "preserve":
-        return c in PRESERVING
-    if policy == "inline":
-        return c in INLINING or not any(e.legal(x) for x in INLINING)
-    return True
-
-
 def _evaluate_value(problem: Problem, a: Assignment, v: Value,
                     edge_terms: list[Terms]) -> list[str]:
     bad: list[str] = []
@@ -187,18 +204,7 @@ def _evaluate_value(problem: Problem, a: Assignment, v: Value,
     q = a.placement[v.index]
     k = a.versions[v.index]
     es = [problem.edges[i] for i in v.edges]
-    # (home, materialized, preserved across stages) of :func:`derived_flags`, and the
-    # edges the value-level costs go to, in one pass: a hot loop
-    first_home = first_mat = first_cross = None
-    for e in es:
-        c = choices[e.index]
-        if c is VIRTUAL or c is MATERIALIZED:
-            if first_home is None:
-                first_home = e
-            if first_mat is None and c is MATERIALIZED:
-                first_mat = e
-            if first_cross is None and e.stage_distance > 0:
-                first_cross = e
+    first_home, first_mat, first_cross = first_holders(problem, choices, v)
     if (first_mat is not None) != (q is not None):
         bad.append(f"{v.name}: placement {q} does not match its materialized edges")
     if not 1 <= k <= v.max_versions or (k != 1 and first_cross is None):
