@@ -103,14 +103,14 @@ _MIN_LARGE_SEARCH_S = 2.0
 # heuristic after it, both estimated from how long this call took to build the CP-SAT
 # model: the machine's speed (its CPU model and how busy it is) changes between runs,
 # and building the model is the same kind of work, of the same size.  On the
-# 10,000-edge graph (97,000 columns, 139,000 rows) the LP took 1.9-2.0 times the model's
-# building on a Zen 4 VM (4.0-4.7 s; HiGHS's interior point and PDLP took 15-30 s),
-# the heuristic 0.3-0.6 times, the reference evaluation and the copies after the
-# search 0.35 times.  An LP started without the time to finish cost the search 2-3 s of a
-# 10 s limit for nothing; one that misses its limit only costs that time (the
-# heuristic's share is kept apart).
+# 10,000-edge graph (97,000 columns, 139,000 rows) the LP, solved in 9 windows, took
+# 1.10-1.12 times the model's building on a Zen 4 VM (2.6-2.7 s; whole, 1.6-1.8 times
+# and 3.9-4.5 s; HiGHS's interior point and PDLP took 15-30 s), the heuristic 0.3-0.6
+# times, the reference evaluation and the copies after the search 0.35 times.  An LP
+# started without the time to finish cost the search 2-3 s of a 10 s limit for nothing;
+# one that misses its limit only costs that time (the heuristic's share is kept apart).
 _MIN_LP_S = 1.0
-_LP_PER_MODEL_S = 2.0
+_LP_PER_MODEL_S = 1.2
 _HEURISTIC_PER_MODEL_S = 0.6
 _EVALUATE_PER_MODEL_S = 0.4
 # A search of such a model finds nothing in less than this many times its building:
@@ -285,8 +285,8 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     second thread while this one computes the plain heuristic's plan (HiGHS releases the
     GIL): the LP's optimum is the bound, the heuristic is run again from its rounded
     choices (:func:`planner.solve.lp.rounded_choices`: on the 10,000-edge synthetic
-    graph of ``bench/solve.py``, 572k ns against the plain heuristic's 618k, with an LP
-    bound of 522k against the relaxation's 439k), and the cheaper of the two plans is
+    graph of ``bench/solve.py``, 573k-582k ns against the plain heuristic's 618k, with
+    an LP bound of 517k-528k against the relaxation's 439k), and the cheaper of the two plans is
     kept."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return None, 0, None

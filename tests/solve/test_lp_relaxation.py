@@ -105,6 +105,87 @@ def test_enforced_linear_rows_are_dropped_not_misread() -> None:
     assert relaxation.bound == -1
 
 
+def test_independent_blocks_are_solved_apart_exactly() -> None:
+    # two blocks sharing no row: bool_or(a, b) with a costing 1, b 2 (LP optimum 1) and
+    # exactly_one(c, d) with c costing 3, d 5 (3); windows of two columns keep both rows
+    def build(m):  # type: ignore[no-untyped-def]
+        a, b, c, d = (m.new_bool_var(n) for n in "abcd")
+        m.add_bool_or([a, b])
+        m.add_exactly_one([c, d])
+        return [a, b, c, d]
+
+    relaxation = relax(_toy(build, [1, 2, 3, 5]), window_columns=2)  # type: ignore[arg-type]
+    assert relaxation is not None
+    assert relaxation.bound == 4
+    assert list(relaxation.values) == [1, 0, 1, 0]
+
+
+def test_a_row_across_windows_is_dropped_and_the_bound_stays_below() -> None:
+    # two triangles of bool_or rows (a, b, c and d, e, f; LP optimum 1.5 each, all
+    # halves) joined by c + d == 2: the whole LP pays 1 + 1 for c, d and 0.5 + 0.5 for
+    # a, b and e, f (4); two windows of three columns cut at the bridge, the only row
+    # crossing there, and drop it: 1.5 + 1.5 (3)
+    def build(m):  # type: ignore[no-untyped-def]
+        a, b, c, d, e, f = lits = [m.new_bool_var(n) for n in "abcdef"]
+        for x, y in [(a, b), (b, c), (a, c), (d, e), (e, f), (d, f)]:
+            m.add_bool_or([x, y])
+        m.add(c + d == 2)
+        return lits
+
+    whole = relax(_toy(build, [1] * 6))  # type: ignore[arg-type]
+    windowed = relax(_toy(build, [1] * 6), window_columns=3)  # type: ignore[arg-type]
+    assert whole is not None and windowed is not None
+    assert whole.bound == 4
+    assert windowed.bound == 3
+
+
+def test_windows_partition_the_columns_into_k_blocks() -> None:
+    import numpy as np
+
+    from planner.solve.lp import windows
+
+    rng = np.random.default_rng(0)
+    n, count = 200, 150
+    # banded rows: each over 2-4 columns near a random position
+    row, var = [], []
+    for r in range(count):
+        at = int(rng.integers(0, n - 4))
+        for c in rng.choice(4, size=int(rng.integers(2, 5)), replace=False):
+            row.append(r)
+            var.append(at + int(c))
+    block = windows(np.array(row), np.array(var), count, n, 5)
+    assert block.shape == (n,)
+    assert sorted(set(block.tolist())) == [0, 1, 2, 3, 4]
+    # each block is about n / 5 columns (cuts move at most a quarter block)
+    sizes = np.bincount(block)
+    assert sizes.min() >= n // 5 - 2 * (n // 20) and sizes.max() <= n // 5 + 2 * (n // 20)
+    assert (windows(np.array(row), np.array(var), count, n, 1) == 0).all()
+
+
+def test_a_cut_moves_to_where_no_row_crosses() -> None:
+    import numpy as np
+
+    from planner.solve.lp import windows
+
+    # two chains of 45 and 55 columns: the even cut (50) splits the longer one; 45 is
+    # within a quarter block of it and no row crosses there
+    pairs = [(i, i + 1) for i in range(44)] + [(i, i + 1) for i in range(45, 99)]
+    row = np.repeat(np.arange(len(pairs)), 2)
+    var = np.array(pairs).ravel()
+    block = windows(row, var, len(pairs), 100, 2)
+    assert sorted(np.bincount(block).tolist()) == [45, 55]
+    assert all(block[a] == block[b] for a, b in pairs)
+
+
+@pytest.mark.parametrize(("name", "target_name"), CASES[:3], ids=[f"{n}-{t}" for n, t in CASES[:3]])
+def test_windowed_bound_is_below_the_whole_lp(name: str, target_name: str) -> None:
+    problem = build_problem(kernel(name), target(target_name), bindings(name))
+    whole = relax(build_model(problem), window_columns=10**9)
+    windowed = relax(build_model(problem), window_columns=40)
+    assert whole is not None and windowed is not None
+    assert total(problem.constant) <= windowed.bound <= whole.bound
+
+
 @pytest.mark.parametrize(("name", "target_name"), CASES, ids=[f"{n}-{t}" for n, t in CASES])
 def test_rounded_plan_is_feasible_and_admitted_by_the_residual(name: str,
                                                                target_name: str) -> None:
