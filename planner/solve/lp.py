@@ -213,10 +213,7 @@ def windows(row: np.ndarray, var: np.ndarray, count: int, n: int, k: int) -> np.
     order = reverse_cuthill_mckee((incidence.T @ incidence).tocsr(), symmetric_mode=True)
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
-    first = np.full(count, n, dtype=np.int64)
-    last = np.full(count, -1, dtype=np.int64)
-    np.minimum.at(first, row, pos[var])
-    np.maximum.at(last, row, pos[var])
+    first, last = _row_span(row, pos[var], count)
     used = last >= 0
     # crossing[p]: rows with columns on both sides of a cut just before position p
     change = np.zeros(n + 1, dtype=np.int64)
@@ -234,11 +231,18 @@ def windows(row: np.ndarray, var: np.ndarray, count: int, n: int, k: int) -> np.
 def _row_windows(row: np.ndarray, block_of_nonzero: np.ndarray, count: int) -> np.ndarray:
     """Each of ``count`` rows' window, -1 where its nonzeros span several (or it has
     none): such a row is dropped."""
+    low, high = _row_span(row, block_of_nonzero, count)
+    return np.where(low == high, high, -1)
+
+
+def _row_span(row: np.ndarray, value: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The least and greatest ``value`` of each of ``count`` rows' nonzeros (nonzero
+    ``i`` in row ``row[i]``); a row without any gets (int64 max, -1)."""
     low = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
     high = np.full(count, -1, dtype=np.int64)
-    np.minimum.at(low, row, block_of_nonzero)
-    np.maximum.at(high, row, block_of_nonzero)
-    return np.where(low == high, high, -1)
+    np.minimum.at(low, row, value)
+    np.maximum.at(high, row, value)
+    return low, high
 
 
 def _values(solver: mb.Solver, model: mb.Model) -> np.ndarray:

@@ -104,7 +104,7 @@ _MIN_LARGE_SEARCH_S = 2.0
 # model: the machine's speed (its CPU model and how busy it is) changes between runs,
 # and building the model is the same kind of work, of the same size.  On the
 # 10,000-edge graph (97,000 columns, 139,000 rows) the LP, solved in 9 windows, took
-# 1.10-1.12 times the model's building on a Zen 4 VM (2.6-2.7 s; whole, 1.6-1.8 times
+# 1.0-1.2 times the model's building on a Zen 4 VM (2.5-2.9 s; whole, 1.6-1.8 times
 # and 3.9-4.5 s; HiGHS's interior point and PDLP took 15-30 s), the heuristic 0.3-0.6
 # times, the reference evaluation and the copies after the search 0.35 times.  An LP
 # started without the time to finish cost the search 2-3 s of a 10 s limit for nothing;
