@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from ortools.sat.python import cp_model
+from ortools.util.python.sorted_interval_list import Domain
 
 from planner.errors import Diagnostic, PlannerError
 from planner.plan.decisions import Decision
@@ -95,6 +96,30 @@ Cond: TypeAlias = "cp_model.IntVar | bool"  # a literal, or a constant condition
 _EXACT = 2**50  # keep objective sums well inside double precision (CP-SAT's LP)
 _RANK = {FUSED: 0, VIRTUAL: 1, RECOMPUTED: 2, MATERIALIZED: 3}
 _PREFERENCE = tuple(sorted(_RANK, key=_RANK.__getitem__))  # the tie-break's choice order
+
+
+def _literal_maker() -> Callable[[cp_model.CpModel, str], cp_model.IntVar]:
+    """A 0-1 variable maker: ``CpModel.new_bool_var`` builds a fresh ``Domain(0, 1)`` for
+    each (about half its ~2 µs; a 10,000-edge model makes ~100,000); one shared domain
+    where this ortools lets a variable be made from the model's proto, else that call."""
+    domain = Domain(0, 1)
+
+    def shared(m: cp_model.CpModel, name: str = "") -> cp_model.IntVar:
+        var = cp_model.IntVar(m.model_proto).with_domain(domain)
+        return var.with_name(name) if name else var
+
+    try:
+        probe = cp_model.CpModel()
+        lit = shared(probe, "probe")
+        if not lit.is_boolean or list(probe.Proto().variables[lit.Index()].domain) != [0, 1]:
+            raise TypeError("not a literal")
+    except (AttributeError, TypeError, ValueError):  # another ortools' internals
+        return lambda m, name="": m.new_bool_var(name)
+    return shared
+
+
+new_literal = _literal_maker()
+
 # ``PRESERVING`` is a frozenset of enums: its iteration order follows string hashes, which
 # PYTHONHASHSEED changes between processes.  The model iterates this tuple instead, so
 # every process builds the same model, constraint for constraint.
@@ -166,7 +191,7 @@ class BuiltModel:
         """The enforcement literal of ``group`` (none when assumptions are off)."""
         if group is None or not self.assumptions:
             return []
-        lit = self.model.new_bool_var(group.name)
+        lit = new_literal(self.model, group.name)
         self.groups.append(group)
         self.literals.append(lit)
         return [lit]
@@ -226,7 +251,7 @@ def _edge_choices(bm: BuiltModel, e: Edge, restrictions: Restrictions,
     made = CHOICES if bm.assumptions else [
         c for c in allowed if c is not VIRTUAL or e.index not in bm.no_registers]
     for c in made:
-        bm.x[(e.index, c)] = m.new_bool_var(f"x{e.index}_{c.value[0]}")
+        bm.x[(e.index, c)] = new_literal(m, f"x{e.index}_{c.value[0]}")
     m.add_exactly_one([bm.x[(e.index, c)] for c in made])
     if bm.assumptions:
         groups = (
@@ -261,7 +286,7 @@ def _value_vars(bm: BuiltModel, v: Value, skip: frozenset[str]) -> None:
     preserved = [bm.x[(e.index, c)] for e in edges for c in _KEEP
                  if (e.index, c) in bm.x]
     if total(v.home) and preserved:
-        home = m.new_bool_var(f"home{v.index}")
+        home = new_literal(m, f"home{v.index}")
         for e in edges:  # one sum per edge: its choices exclude each other (a tighter LP)
             lits = [bm.x[(e.index, c)] for c in _KEEP if (e.index, c) in bm.x]
             if lits:
@@ -310,8 +335,7 @@ def _holds(bm: BuiltModel, vi: int, si: int, choice: Decision) -> None:
                                      [lit, guard]))
     if lits:
         store = bm.reg if choice is VIRTUAL else bm.mat
-        store[(vi, si)] = _at_least_any(bm.model, lits, f"{'reg' if choice is VIRTUAL else 'mat'}"
-                                        f"{vi}_{si}")
+        store[(vi, si)] = _at_least_any(bm.model, lits)
 
 
 def _no_registers(problem: Problem) -> frozenset[int]:
@@ -345,7 +369,7 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
         elif cur is False:
             cur = lit
         elif lit is not False:
-            any_ = bm.model.new_bool_var(f"any{guards[j]}_{j}")
+            any_ = new_literal(bm.model)
             bm.model.add_implication(lit, any_)  # type: ignore[arg-type]
             bm.model.add_implication(cur, any_)
             cur = any_
@@ -353,11 +377,12 @@ def _suffixes(bm: BuiltModel, guards: tuple[int, ...]) -> list[Cond]:
     return out
 
 
-def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar], name: str
-                  ) -> cp_model.IntVar:
+def _at_least_any(m: cp_model.CpModel, lits: list[cp_model.IntVar]) -> cp_model.IntVar:
+    """A literal implied by each of ``lits`` (unnamed, like every derived literal: the
+    ~100,000 of a 10,000-edge model cost ~0.1 s of formatting and nothing reads them)."""
     if len(lits) == 1:
         return lits[0]
-    out = m.new_bool_var(name)
+    out = new_literal(m)
     for lit in lits:
         m.add_implication(lit, out)
     return out
@@ -375,7 +400,7 @@ def _placement_vars(bm: BuiltModel, v: Value, edges: list[Edge], skip: frozenset
         for q in range(len(v.placements)):
             if e.reads[q] is None and not bm.assumptions:
                 continue
-            z = m.new_bool_var(f"z{e.index}_{q}")
+            z = new_literal(m, f"z{e.index}_{q}")
             bm.z[(e.index, q)] = z
             zs.append(z)
             readers.setdefault(q, []).append(z)
@@ -389,7 +414,7 @@ def _placement_vars(bm: BuiltModel, v: Value, edges: list[Edge], skip: frozenset
         m.add(cp_model.LinearExpr.sum(zs) == bm.x[(e.index, MATERIALIZED)])
     ys = []
     for q, zs in sorted(readers.items()):
-        y = m.new_bool_var(f"y{v.index}_{q}")
+        y = new_literal(m, f"y{v.index}_{q}")
         bm.y[(v.index, q)] = y
         ys.append(y)
         for z in zs:
@@ -405,7 +430,7 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
     m = bm.model
     cross = [bm.x[(e.index, c)] for e in edges if e.cross_stage for c in _KEEP
              if (e.index, c) in bm.x]
-    us = [m.new_bool_var(f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
+    us = [new_literal(m, f"u{v.index}_{k}") for k in range(1, v.max_versions + 1)]
     m.add_exactly_one(us)
     for k, lit in enumerate(us, start=1):
         bm.u[(v.index, k)] = lit
@@ -413,7 +438,7 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
     if not cross:
         m.add(us[0] == 1)
         return
-    p = _at_least_any(m, cross, f"cross{v.index}")
+    p = _at_least_any(m, cross)
     if len(cross) > 1:  # exactly "some cross-stage edge is preserved": versions depend on it
         m.add_bool_or(cross).only_enforce_if(p)
     bm.cross[v.index] = p
@@ -427,7 +452,7 @@ def _version_vars(bm: BuiltModel, v: Value, edges: list[Edge]) -> None:
 def _memory_vars(bm: BuiltModel, index: int, max_versions: int, stall: tuple[int, ...]
                  ) -> None:
     m = bm.model
-    lits = [m.new_bool_var(f"mv{index}_{k}") for k in range(1, max_versions + 1)]
+    lits = [new_literal(m, f"mv{index}_{k}") for k in range(1, max_versions + 1)]
     m.add_exactly_one(lits)
     for k, lit in enumerate(lits, start=1):
         bm.mv[(index, k)] = lit
@@ -440,7 +465,7 @@ def _memory_home_vars(bm: BuiltModel, m: MemoryOccupant) -> None:
     """One Boolean per legal home of an explicit Memory (exactly one), priced by traffic."""
     if len(m.homes) == 1:
         return
-    lits = [bm.model.new_bool_var(f"mh{m.index}_{h}") for h in range(len(m.homes))]
+    lits = [new_literal(bm.model, f"mh{m.index}_{h}") for h in range(len(m.homes))]
     bm.model.add_exactly_one(lits)
     for h, lit in enumerate(lits):
         bm.mh[(m.index, h)] = lit
@@ -456,7 +481,7 @@ def _product(bm: BuiltModel, key: tuple[object, ...], lits: list[cp_model.IntVar
         return lits[0]
     out = bm.products.get(key)
     if out is None:
-        out = bm.model.new_bool_var(f"p{len(bm.products)}")
+        out = new_literal(bm.model)
         bm.model.add_bool_or([out, *[lit.Not() for lit in lits]])  # all of lits -> out
         bm.products[key] = out
     return out
@@ -487,7 +512,7 @@ def _disjunction(bm: BuiltModel, key: tuple[object, ...], conds: list[Cond],
         return lits[0]
     out = bm.products.get(key)
     if out is None:
-        out = _at_least_any(bm.model, lits, "_".join(map(str, key)))  # type: ignore[arg-type]
+        out = _at_least_any(bm.model, lits)  # type: ignore[arg-type]
         bm.products[key] = out
         for group in exclusive if bm.cuts else ():
             some = [c for c in group if c is not False]
@@ -612,7 +637,7 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> cp_model.IntVar:
     def exact_and(name: str, a: object, b: object) -> object:
         if isinstance(a, int) or isinstance(b, int):
             return a * b  # type: ignore[operator]
-        z = m.new_bool_var(name)
+        z = new_literal(m, name)
         m.add(z <= a)  # type: ignore[operator]
         m.add(z <= b)  # type: ignore[operator]
         m.add(z >= a + b - 1)  # type: ignore[operator]
@@ -626,10 +651,10 @@ def _split(bm: BuiltModel, carry: int, yielded: int) -> cp_model.IntVar:
     buffered = sum(y for (w, _), y in bm.y.items() if w == yielded)
     mixed: object = 0
     if lits and not isinstance(buffered, int):  # kept in two places
-        virtual = m.new_bool_var(f"virtual{yielded}")
+        virtual = new_literal(m, f"virtual{yielded}")
         m.add_max_equality(virtual, lits)
         mixed = exact_and(f"mixed{yielded}", virtual, buffered)
-    d = m.new_bool_var(f"split{carry}_{yielded}")
+    d = new_literal(m, f"split{carry}_{yielded}")
     m.add(d >= 1 - same)  # type: ignore[operator]
     m.add(d >= mixed)  # type: ignore[operator]
     m.add(d <= 1 - same + mixed)  # type: ignore[operator]
@@ -645,7 +670,7 @@ def _pingpong(bm: BuiltModel, gi: int) -> Cond:
     if key in bm.conditions:
         return bm.conditions[key]
     split = _split(bm, g.a, g.b)
-    alias = bm.model.new_bool_var(f"alias{g.a}_{g.b}")
+    alias = new_literal(bm.model, f"alias{g.a}_{g.b}")
     bm.model.add(alias + split == 1)
     late = _disjunction(bm, ("late", g.a, g.b),
                         [True if x < 0 else guard_literal(bm, x) for x in g.any_of])
