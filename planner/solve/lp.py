@@ -40,8 +40,8 @@ from scipy import sparse
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from planner.plan.decisions import Decision
-from planner.solve.costs import VIRTUAL, Assignment, total
-from planner.solve.model import BuiltModel
+from planner.solve.costs import VIRTUAL, total
+from planner.solve.model import BuiltModel, set_hint_values
 from planner.solve.proto import model_message
 
 #: The LP optimum is lowered by this share of itself (at least of one) before its
@@ -209,10 +209,7 @@ def windows(row: np.ndarray, var: np.ndarray, count: int, n: int, k: int) -> np.
     cut.  Columns in no row (free, priced alone) are ordered like the others."""
     if k <= 1 or n <= 1:
         return np.zeros(n, dtype=np.int64)
-    incidence = sparse.csr_matrix((np.ones(len(row)), (row, var)), shape=(count, n))
-    order = reverse_cuthill_mckee((incidence.T @ incidence).tocsr(), symmetric_mode=True)
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
+    pos = rcm_positions(row, var, count, n)
     first, last = _row_span(row, pos[var], count)
     used = last >= 0
     # crossing[p]: rows with columns on both sides of a cut just before position p
@@ -226,6 +223,17 @@ def windows(row: np.ndarray, var: np.ndarray, count: int, n: int, k: int) -> np.
         low, high = max(1, even - reach), min(n - 1, even + reach)
         cuts.append(low + int(np.argmin(crossing[low:high])) if high > low else even)
     return np.searchsorted(np.asarray(cuts), pos, side="right")
+
+
+def rcm_positions(row: np.ndarray, var: np.ndarray, count: int, n: int) -> np.ndarray:
+    """Each of ``n`` columns' position in the reverse Cuthill-McKee order of the
+    columns-share-a-row graph (nonzero ``i`` in row ``row[i]`` of ``count``, column
+    ``var[i]``): columns that share rows close together."""
+    incidence = sparse.csr_matrix((np.ones(len(row)), (row, var)), shape=(count, n))
+    order = reverse_cuthill_mckee((incidence.T @ incidence).tocsr(), symmetric_mode=True)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    return pos
 
 
 def _row_windows(row: np.ndarray, block_of_nonzero: np.ndarray, count: int) -> np.ndarray:
@@ -290,31 +298,6 @@ def _load(model: mb.Model, lower: np.ndarray, upper: np.ndarray, objective: np.n
     model.helper.fill_model_from_sparse_data(lower, upper, objective, lo, hi, matrix.tocsr())
 
 
-#: An LP value this close to 1 counts as integral (:func:`fix_integral`).
-_INTEGRAL = 1e-6
-
-
-def fix_integral(bm: BuiltModel, relaxation: Relaxation,
-                 plan: Assignment | None = None) -> int:
-    """Restrict ``bm`` to the LP's integral choices: every edge choice other than
-    virtual whose LP value is 1 is fixed; with ``plan`` (the heuristic's, started from
-    :func:`rounded_choices`), a virtual one too where ``plan`` kept it (register
-    capacity, which the LP relaxes most, is decided by the virtual ones: those the
-    heuristic moved stay free).  What the restricted model finds is a plan of the whole
-    problem, but its bound and any optimality it proves are not the whole problem's.  A
-    heuristic plan that starts from :func:`rounded_choices` (and repairs only virtual
-    edges) satisfies the restriction, so it stays a valid hint.  Returns the number of
-    choices fixed."""
-    values = relaxation.values
-    fixed = 0
-    for (e, c), lit in bm.x.items():
-        if values[lit.Index()] > 1 - _INTEGRAL and (
-                c is not VIRTUAL or (plan is not None and plan.choices[e] is c)):
-            bm.model.add(lit == 1)
-            fixed += 1
-    return fixed
-
-
 def complete_hint(bm: BuiltModel, time_limit_s: float, workers: int) -> bool:
     """Extend the model's hint (decisions only, :func:`planner.solve.model.add_hint`) to
     every variable: a search with the hinted variables fixed and no objective fills in
@@ -330,9 +313,5 @@ def complete_hint(bm: BuiltModel, time_limit_s: float, workers: int) -> bool:
     solver.parameters.fix_variables_to_their_hinted_value = True
     if solver.Solve(bm.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return False
-    solution = list(solver.ResponseProto().solution)
-    bm.model.clear_hints()
-    hint = bm.model.Proto().solution_hint
-    hint.vars.extend(range(len(solution)))
-    hint.values.extend(solution)
+    set_hint_values(bm, solver.ResponseProto().solution)
     return True

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -950,6 +950,16 @@ def add_hint(bm: BuiltModel, a: Assignment) -> None:
                          and a.placement[bm.problem.edges[e].value] == q)
     for (vi, k), lit in bm.u.items():
         bm.model.add_hint(lit, a.versions[vi] == k)
+
+
+def set_hint_values(bm: BuiltModel, values: Sequence[int]) -> None:
+    """Hint every variable of ``bm``: ``values[i]`` for variable ``i`` (a complete
+    assignment, replacing any hint)."""
+    values = [int(v) for v in values]
+    bm.model.clear_hints()
+    hint = bm.model.Proto().solution_hint
+    hint.vars.extend(range(len(values)))
+    hint.values.extend(values)
 
 
 # --------------------------------------------------------------------------- solving

@@ -73,7 +73,7 @@ from planner.solve.decompose import solve_parts
 from planner.solve.evaluator import Held, held_at_points, reusing_evaluations
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.inline_depth import MAX_INLINE_DEPTH
-from planner.solve.lp import Relaxation, complete_hint, fix_integral, relax, rounded_choices
+from planner.solve.lp import Relaxation, complete_hint, relax, rounded_choices
 from planner.solve.model import (
     BuiltModel,
     OutOfTime,
@@ -81,7 +81,15 @@ from planner.solve.model import (
     build_model,
     fallback_assignment,
     paused_gc,
+    set_hint_values,
     solve,
+)
+from planner.solve.neighbourhoods import (
+    Structure,
+    decode_values,
+    hinted_values,
+    improve,
+    prepare,
 )
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference
@@ -230,24 +238,20 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     phase("model")
     # kept back for the evaluation: a share of the limit, or what one takes at this size
     reserve = max(_EVALUATE_SHARE * time_limit_s, _EVALUATE_PER_MODEL_S * model_s)
-    early, lp_bound, relaxation = _early_fallback(bm, problem, restrictions, deadline,
-                                                  reserve, model_s)
+    start = _early_fallback(bm, problem, restrictions, deadline, reserve, model_s)
+    early, lp_bound, lns_s = start.plan, start.bound, 0.0
+    if early is not None and start.structure is not None:
+        # the heuristic's plan improved window by window, then (time left) the whole
+        # model's search from it; the windows' plan is decoded and evaluated after them
+        started = time.perf_counter()
+        early = _neighbourhood_search(
+            bm, problem, restrictions, start,
+            deadline - reserve - _EVALUATE_PER_MODEL_S * model_s, workers)
+        lns_s = time.perf_counter() - started
     search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
     if early is not None and search < max(_MIN_LARGE_SEARCH_S, _SEARCH_PER_MODEL_S * model_s):
         phase("solve")  # too little time left to search a model this large
-        return header.solved(early, restrictions, False, lp_bound, 0.0)
-    if relaxation is not None and early is not None:
-        # search the LP's residual (its integral choices fixed): a plan of the problem,
-        # the LP's bound (the restricted model's bound and optimality are not the
-        # problem's); the heuristic's plan, which the restriction admits, is the hint
-        fix_integral(bm, relaxation, early)
-        complete_hint(bm, min(_COMPLETE_HINT_S, search / 4), workers)
-        search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
-        result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
-                       deadline=deadline, fallback=early, tie_break=False)
-        phase("solve")
-        return header.solved(_no_worse(problem, restrictions, result.assignment, early),
-                             restrictions, False, lp_bound, result.wall_s)
+        return header.solved(early, restrictions, False, lp_bound, lns_s)
     result = solve_parts(bm, time_limit_s=search, workers=workers, progress=progress,
                          deadline=deadline) if early is None else None
     if result is None:
@@ -277,12 +281,23 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     return header.infeasible(lines, result.wall_s + time.perf_counter() - start)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Early:
+    """What a large problem starts its search from (:func:`_early_fallback`)."""
+
+    plan: Assignment | None = None  # the heuristic's, also the model's hint
+    bound: int = 0  # the LP's bound (0: none)
+    relaxation: Relaxation | None = None
+    structure: Structure | None = None  # the model's windows (neighbourhoods.prepare)
+
+
 def _early_fallback(bm: BuiltModel, problem: Problem,
                     restrictions: Mapping[int, frozenset], deadline: float, reserve: float,
-                    model_s: float) -> tuple[Assignment | None, int, Relaxation | None]:
+                    model_s: float) -> _Early:
     """For problems of at least :data:`_EARLY_FALLBACK_EDGES` edges, the heuristic plan
     before the search (within the time limit, not after it), also CP-SAT's hint, a lower
-    bound (0: none) and the LP relaxation the plan starts from (None: none).  Where the
+    bound (0: none), the LP relaxation (None: none) and the model's windows
+    (:func:`planner.solve.neighbourhoods.prepare`, made while the LP is solved).  Where the
     time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
     covers the LP's expected time (both estimated from ``model_s``, the seconds building
     ``bm`` took), the LP relaxation (:func:`planner.solve.lp.relax`) is solved on a
@@ -293,14 +308,13 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     an LP bound of 517k-528k against the relaxation's 439k), and the cheaper of the two plans is
     kept."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
-        return None, 0, None
+        return _Early()
     with paused_gc():  # the repair allocates hundreds of thousands of small objects
         return _early_plan(bm, problem, restrictions, deadline, reserve, model_s)
 
 
 def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
-                deadline: float, reserve: float, model_s: float
-                ) -> tuple[Assignment | None, int, Relaxation | None]:
+                deadline: float, reserve: float, model_s: float) -> _Early:
     found = relaxation = None
     left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
     lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
@@ -309,6 +323,7 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     with ThreadPoolExecutor(max_workers=1) as pool:
         solving = pool.submit(relax, bm, left) if lp else None
         plain = fallback_assignment(problem, restrictions, deadline=deadline)
+        structure = prepare(bm)
         relaxation = solving.result() if solving is not None else None
     if relaxation is not None:
         found = greedy_assignment(problem, restrictions, rounded_choices(bm, relaxation))
@@ -316,11 +331,35 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     if found is None or (plain is not None and evaluate(
             problem, plain, restrictions).objective < evaluate(
             problem, found, restrictions).objective):
-        relaxation = None  # its residual search would lack a hint it admits
         found = plain
     if found is not None:
         add_hint(bm, found)
-    return found, bound, relaxation
+    return _Early(found, bound, relaxation, structure)
+
+
+def _neighbourhood_search(bm: BuiltModel, problem: Problem,
+                          restrictions: Mapping[int, frozenset], start: _Early, until: float,
+                          workers: int) -> Assignment:
+    """``start``'s plan (the model's hint) improved by
+    :func:`planner.solve.neighbourhoods.improve` until ``until``, windows ranked by the
+    LP relaxation's values where there is one; the model's hint becomes the improved
+    plan (every variable).  The plan itself where its derived literals cannot be filled
+    in within the time, or where no window improved it."""
+    plan, structure = start.plan, start.structure
+    assert plan is not None and structure is not None
+    left = until - time.perf_counter()
+    # up to half the windows' time: without the completed hint there are no windows
+    if left <= 0 or not complete_hint(bm, min(_COMPLETE_HINT_S, left / 2), workers):
+        return plan
+    values = hinted_values(bm)
+    found = None if values is None else improve(
+        structure, values, until, workers,
+        None if start.relaxation is None else start.relaxation.values)
+    if found is None or not found.improved:
+        return plan
+    set_hint_values(bm, found.values)
+    better = _no_worse(problem, restrictions, decode_values(bm, found.values), plan)
+    return plan if better is None else better
 
 
 def _no_worse(problem: Problem, restrictions: Mapping[int, frozenset],

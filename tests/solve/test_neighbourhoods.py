@@ -1,0 +1,101 @@
+"""Window-by-window improvement of a complete plan (:mod:`planner.solve.neighbourhoods`):
+every constraint of the model holds after it, the plan never costs more, and the
+windows' searches are deterministic."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from bench_modules import load_bench
+from ortools.sat.python import cp_model
+
+from planner.catalog import CatalogRegistry
+from planner.solve.costs import build_problem, evaluate
+from planner.solve.lp import complete_hint
+from planner.solve.model import BuiltModel, add_hint, build_model, fallback_assignment, solve
+from planner.solve.neighbourhoods import decode_values, hinted_values, improve, prepare
+
+BINDINGS = {"M": 64, "N": 64}
+
+
+@pytest.fixture(scope="module")
+def started() -> tuple[object, BuiltModel, np.ndarray, int]:
+    """The 300-edge synthetic graph of bench/solve.py, its model hinted with the
+    heuristic's plan (every variable), and that plan's cost."""
+    problem = build_problem(load_bench("solve").synthetic_kernel(300),
+                            CatalogRegistry().get("x86-avx2"), BINDINGS)
+    bm = build_model(problem, cuts=False)
+    plan = fallback_assignment(problem, {})
+    assert plan is not None
+    add_hint(bm, plan)
+    assert complete_hint(bm, 30, 1)
+    values = hinted_values(bm)
+    assert values is not None and decode_values(bm, values) == plan
+    return problem, bm, values, evaluate(problem, plan, {}).objective
+
+
+def _holds_every_constraint(bm: BuiltModel, values: np.ndarray) -> bool:
+    """CP-SAT finds the model feasible with every variable fixed to ``values``."""
+    model = bm.model.clone()
+    model.clear_hints()
+    model.clear_objective()
+    for i, value in enumerate(values.tolist()):
+        var = model.get_int_var_from_proto_index(i)
+        model.add(var == value)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    return solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+
+def test_windows_lower_the_plan_and_keep_every_constraint(started) -> None:  # type: ignore[no-untyped-def]
+    problem, bm, values, heuristic = started
+    structure = prepare(bm)
+    assert structure is not None
+    found = improve(structure, values, time.perf_counter() + 60, workers=2, window_vars=150)
+    assert found.passes == 2 and found.searched > 4  # several windows, both passes
+    assert found.improved > 0
+    assert _holds_every_constraint(bm, found.values)
+    plan = decode_values(bm, found.values)
+    ev = evaluate(problem, plan, {})
+    assert ev.feasible, ev.violations[:3]
+    optimum = solve(build_model(problem), time_limit_s=60, tie_break=False)
+    assert optimum.status == "optimal"
+    assert optimum.objective <= ev.objective < heuristic
+
+
+def test_the_starting_values_are_left_alone(started) -> None:  # type: ignore[no-untyped-def]
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    before = values.copy()
+    improve(structure, values, time.perf_counter() + 60, workers=2, window_vars=150)
+    assert np.array_equal(values, before)
+
+
+def test_windows_are_deterministic(started) -> None:  # type: ignore[no-untyped-def]
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    runs = [improve(structure, values, time.perf_counter() + 60, workers=w, window_vars=150)
+            for w in (1, 2)]
+    assert np.array_equal(runs[0].values, runs[1].values)
+    assert runs[0].improved == runs[1].improved
+
+
+def test_a_passed_deadline_searches_nothing(started) -> None:  # type: ignore[no-untyped-def]
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    found = improve(structure, values, time.perf_counter() - 1, workers=2)
+    assert (found.searched, found.improved, found.passes) == (0, 0, 0)
+    assert np.array_equal(found.values, values)
+
+
+def test_a_constraint_the_windows_cannot_copy_means_no_windows(started) -> None:  # type: ignore[no-untyped-def]
+    _, bm, _, _ = started
+    other = BuiltModel(bm.problem, bm.model.clone())
+    a, b = other.model.new_int_var(0, 3, "a"), other.model.new_int_var(0, 3, "b")
+    other.model.add_all_different([a, b])
+    assert prepare(other) is None
