@@ -116,11 +116,13 @@ def hinted_values(bm: BuiltModel) -> np.ndarray | None:
     return values
 
 
-def prepare(bm: BuiltModel) -> Structure | None:
-    """The structure :func:`improve` cuts ``bm``'s windows from (~0.9 s for the 97,185
-    variables and 139,240 constraints of 10,000 edges); None where the model has a
-    constraint kind this module does not copy."""
-    message = model_message(bm.model)
+def prepare(bm: BuiltModel, message: cp_model_pb2.CpModelProto | None = None
+            ) -> Structure | None:
+    """The structure :func:`improve` cuts ``bm``'s windows from (~0.4-0.9 s for the 97,185
+    variables and 139,240 constraints of 10,000 edges), read from ``message`` (the
+    model's proto, read here when not given); None where the model has a constraint
+    kind this module does not copy."""
+    message = model_message(bm.model) if message is None else message
     if message is None:
         return None
     constraints = _constraints(message)

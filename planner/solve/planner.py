@@ -16,9 +16,10 @@ The steps are fixed and each is a library call of its own:
    solver's bound, or the capacity-free relaxation of :mod:`planner.solve.bounds`
    where that is higher).  Problems of :data:`_EARLY_FALLBACK_EDGES` edges or more,
    where the time left allows, first solve the model's LP relaxation
-   (:mod:`planner.solve.lp`): its optimum is the bound, the heuristic starts from its
-   rounded choices, and CP-SAT searches the residual model with the LP's integral
-   choices fixed (never ``optimal``: that proof is not the problem's);
+   (:mod:`planner.solve.lp`): its optimum is the bound and the heuristic starts from
+   its rounded choices; the heuristic's plan is then improved window by window
+   (:mod:`planner.solve.neighbourhoods`: CP-SAT on ~1,500 variables at a time, the rest
+   fixed), and only where time is still left is the whole model searched from it;
 5. the decisions are re-evaluated by the pure-Python reference
    (:func:`planner.solve.costs.evaluate`), which attributes every cost term to an
    edge; an infeasible model gets an explanation (:mod:`planner.solve.explain`).
@@ -85,12 +86,12 @@ from planner.solve.model import (
     solve,
 )
 from planner.solve.neighbourhoods import (
-    Structure,
     decode_values,
     hinted_values,
     improve,
     prepare,
 )
+from planner.solve.proto import model_message
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference
 # evaluation, and the least any search is given.
@@ -125,6 +126,10 @@ _EVALUATE_PER_MODEL_S = 0.4
 # on the 10,000-edge graph (Zen 4 VM) a 4.3 s search after a 2.45 s build found no
 # plan better than its hint and ended past the limit.
 _SEARCH_PER_MODEL_S = 2.0
+# The windows stop this many times the model's building before the evaluation's reserve:
+# their plan is decoded and evaluated against the heuristic's after them (~0.1 s on
+# 10,000 edges), and a window's search can end a little past its limit.
+_WINDOWS_MARGIN_PER_MODEL_S = 0.25
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 
 Progress = Callable[[int, int, float], None]
@@ -240,13 +245,13 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     reserve = max(_EVALUATE_SHARE * time_limit_s, _EVALUATE_PER_MODEL_S * model_s)
     start = _early_fallback(bm, problem, restrictions, deadline, reserve, model_s)
     early, lp_bound, lns_s = start.plan, start.bound, 0.0
-    if early is not None and start.structure is not None:
+    if early is not None:
         # the heuristic's plan improved window by window, then (time left) the whole
         # model's search from it; the windows' plan is decoded and evaluated after them
         started = time.perf_counter()
         early = _neighbourhood_search(
             bm, problem, restrictions, start,
-            deadline - reserve - _EVALUATE_PER_MODEL_S * model_s, workers)
+            deadline - reserve - _WINDOWS_MARGIN_PER_MODEL_S * model_s, workers)
         lns_s = time.perf_counter() - started
     search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
     if early is not None and search < max(_MIN_LARGE_SEARCH_S, _SEARCH_PER_MODEL_S * model_s):
@@ -288,7 +293,6 @@ class _Early:
     plan: Assignment | None = None  # the heuristic's, also the model's hint
     bound: int = 0  # the LP's bound (0: none)
     relaxation: Relaxation | None = None
-    structure: Structure | None = None  # the model's windows (neighbourhoods.prepare)
 
 
 def _early_fallback(bm: BuiltModel, problem: Problem,
@@ -296,8 +300,7 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
                     model_s: float) -> _Early:
     """For problems of at least :data:`_EARLY_FALLBACK_EDGES` edges, the heuristic plan
     before the search (within the time limit, not after it), also CP-SAT's hint, a lower
-    bound (0: none), the LP relaxation (None: none) and the model's windows
-    (:func:`planner.solve.neighbourhoods.prepare`, made while the LP is solved).  Where the
+    bound (0: none) and the LP relaxation (None: none).  Where the
     time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
     covers the LP's expected time (both estimated from ``model_s``, the seconds building
     ``bm`` took), the LP relaxation (:func:`planner.solve.lp.relax`) is solved on a
@@ -323,7 +326,6 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     with ThreadPoolExecutor(max_workers=1) as pool:
         solving = pool.submit(relax, bm, left) if lp else None
         plain = fallback_assignment(problem, restrictions, deadline=deadline)
-        structure = prepare(bm)
         relaxation = solving.result() if solving is not None else None
     if relaxation is not None:
         found = greedy_assignment(problem, restrictions, rounded_choices(bm, relaxation))
@@ -334,7 +336,7 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
         found = plain
     if found is not None:
         add_hint(bm, found)
-    return _Early(found, bound, relaxation, structure)
+    return _Early(found, bound, relaxation)
 
 
 def _neighbourhood_search(bm: BuiltModel, problem: Problem,
@@ -345,13 +347,21 @@ def _neighbourhood_search(bm: BuiltModel, problem: Problem,
     LP relaxation's values where there is one; the model's hint becomes the improved
     plan (every variable).  The plan itself where its derived literals cannot be filled
     in within the time, or where no window improved it."""
-    plan, structure = start.plan, start.structure
-    assert plan is not None and structure is not None
+    plan = start.plan
+    assert plan is not None
     left = until - time.perf_counter()
-    # up to half the windows' time: without the completed hint there are no windows
-    if left <= 0 or not complete_hint(bm, min(_COMPLETE_HINT_S, left / 2), workers):
+    if left <= 0:
         return plan
-    values = hinted_values(bm)
+    message = model_message(bm.model)  # read before the completed hint is written
+    # CP-SAT fills the hint in (up to half the windows' time: without it there are no
+    # windows) on a second thread while this one cuts the windows' structure: the LP
+    # solved faster without the structure's Python beside it (2.3 s against 3.2 s on
+    # 10,000 edges, AMD EPYC VM)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        completing = pool.submit(complete_hint, bm, min(_COMPLETE_HINT_S, left / 2), workers)
+        structure = None if message is None else prepare(bm, message)
+        completed = completing.result()
+    values = hinted_values(bm) if completed and structure is not None else None
     found = None if values is None else improve(
         structure, values, until, workers,
         None if start.relaxation is None else start.relaxation.values)

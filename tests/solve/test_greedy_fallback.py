@@ -88,7 +88,7 @@ def test_a_large_problem_without_time_to_search_answers_with_the_heuristic(monke
     monkeypatch.setattr(planner_mod, "_MIN_LP_S", 1e9)  # no LP: test_lp_relaxation.py
     monkeypatch.setattr(planner_mod, "solve", no_search)
     # no windows either (test_lp_relaxation.py and test_neighbourhoods.py test them)
-    monkeypatch.setattr(planner_mod, "prepare", lambda bm: None)
+    monkeypatch.setattr(planner_mod, "prepare", lambda bm, message=None: None)
     target = CatalogRegistry().get("x86-avx2")
     kernel = load_bench("solve").synthetic_kernel(100)
     plan = planner_mod.plan_kernel(kernel, target, {"M": 64, "N": 64})

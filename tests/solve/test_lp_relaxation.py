@@ -232,7 +232,7 @@ def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)
     monkeypatch.setattr(planner_module, "solve", no_search)
-    monkeypatch.setattr(planner_module, "prepare", lambda bm: None)  # no windows
+    monkeypatch.setattr(planner_module, "prepare", lambda bm, message=None: None)  # no windows
     problem = build_problem(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
     bm = build_model(problem, cuts=False)
     relaxation = relax(bm)
