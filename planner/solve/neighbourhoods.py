@@ -21,14 +21,16 @@ searched side by side (one CP-SAT worker each, ``workers`` threads; CP-SAT relea
 GIL), in classes of a greedy colouring of the windows' adjacency, the classes holding
 the largest expected gains first (the assignment's cost in a window less the LP
 relaxation's, where there is one).  A second pass shifts the cuts by half a window, so
-that variables near a cut move too.  With deterministic time limits, what a pass does
-depends only on its input, not on the machine's speed; only where the deadline stops the
-passes does.
+that variables near a cut move too; then the windows double (up to :data:`GROWTH`
+times), and so does their deterministic time.  With deterministic time limits, what a
+pass does depends only on its input, not on the machine's speed; only where the
+deadline stops the passes does.
 
 On the 10,000-edge synthetic graph of ``bench/solve.py`` (97,185 variables), one pass
 of 65 windows of 1,500 variables lowered the LP heuristic's plan from 573,290 to 545,180
 ns (each window's search took 0.07 s on average, 64 of 65 proved optimal), two passes
-(5.1 s on two threads) to 538,136; the LP bound is 517,019 (AMD EPYC VM).
+(5.1 s on two threads) to 538,136, windows of 3,000 then to 528,608 (12.7 s in all);
+the LP bound is 517,019 in windows, 521,711 whole (AMD EPYC VM).
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ from planner.solve.proto import model_message
 WINDOW_VARS = 1500
 #: CP-SAT's deterministic time limit per window (about seconds on that VM).
 WINDOW_DETERMINISTIC_S = 0.5
-_PASSES = 2
+#: Windows grow up to this many times :data:`WINDOW_VARS` (doubling each time): on the
+#: 10,000-edge graph the 1,500-variable passes stopped at 538,136 ns (4.2 s), the
+#: 3,000-variable ones went on to 528,608 (8.5 s more), 6,000 to 528,223 (19 s more),
+#: 12,000 found nothing more (the whole LP's bound is 521,711).
+GROWTH = 4
 _KINDS = ("bool_and", "bool_or", "exactly_one", "at_most_one")
 
 
@@ -146,20 +152,25 @@ def improve(structure: Structure, values: np.ndarray, deadline: float, workers: 
             lp_values: np.ndarray | None = None, window_vars: int = WINDOW_VARS
             ) -> Improvement:
     """Improve the complete assignment ``values`` of the model's variables window by
-    window (see the module docstring) until two passes are done or ``deadline`` (a
-    ``time.perf_counter()`` instant) passes."""
+    window (see the module docstring) until ``deadline`` (a ``time.perf_counter()``
+    instant) passes or the largest windows (:data:`GROWTH` times ``window_vars``) are
+    done: two passes per window size (cuts shifted by half a window in the second),
+    the size doubled after them (its deterministic time too)."""
     out = values.copy()
     searched = improved = passes = 0
-    for shift in (0.0, 0.5)[:_PASSES]:
-        if time.perf_counter() >= deadline:
-            break
-        window = _cut(structure.pos, len(values), window_vars, shift)
-        s, i, done = _pass(out, window, structure, lp_values, deadline, workers)
-        searched += s
-        improved += i
-        passes += done
-        if not i:
-            break  # nothing moved: the shifted windows start from the same assignment
+    size, det = window_vars, WINDOW_DETERMINISTIC_S
+    while size <= GROWTH * window_vars and time.perf_counter() < deadline:
+        for shift in (0.0, 0.5):
+            if time.perf_counter() >= deadline:
+                break
+            window = _cut(structure.pos, len(values), size, shift)
+            s, i, done = _pass(out, window, structure, lp_values, deadline, workers, det)
+            searched += s
+            improved += i
+            passes += done
+            if not i:
+                break  # nothing moved: the shifted windows start from the same values
+        size, det = 2 * size, 2 * det
     return Improvement(out, searched, improved, passes)
 
 
@@ -171,7 +182,7 @@ def _cut(pos: np.ndarray, n: int, window_vars: int, shift: float) -> np.ndarray:
 
 
 def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
-          lp_values: np.ndarray | None, deadline: float, workers: int
+          lp_values: np.ndarray | None, deadline: float, workers: int, det: float
           ) -> tuple[int, int, bool]:
     """One pass over the windows; (searched, improved, completed)."""
     rows, var, coef = structure.rows, structure.var, structure.coef
@@ -213,7 +224,7 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
                 return searched, improved, False
             results = list(pool.map(
                 lambda w: _search(values, free[w], members[w], constraints, domains, coef,
-                                  deadline), members_of_class))
+                                  deadline, det), members_of_class))
             for w, solution in zip(members_of_class, results, strict=True):
                 searched += solution is not False
                 if solution is not None and solution is not False:
@@ -224,7 +235,7 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
 
 def _search(values: np.ndarray, free: np.ndarray, members: np.ndarray,
             constraints: Sequence[_Constraint], domains: Sequence[tuple[int, ...]],
-            coef: np.ndarray, deadline: float) -> np.ndarray | bool | None:
+            coef: np.ndarray, deadline: float, det: float) -> np.ndarray | bool | None:
     """The window's better values (None: none better; False: no time left)."""
     left = deadline - time.perf_counter()
     if left <= 0.01:
@@ -258,7 +269,7 @@ def _search(values: np.ndarray, free: np.ndarray, members: np.ndarray,
     params = solver.parameters
     params.num_workers = 1
     params.random_seed = 0
-    params.max_deterministic_time = WINDOW_DETERMINISTIC_S
+    params.max_deterministic_time = det
     params.max_time_in_seconds = max(0.01, left)
     params.linearization_level = 2
     params.cp_model_probing_level = 0

@@ -121,6 +121,9 @@ _MIN_LARGE_SEARCH_S = 2.0
 _MIN_LP_S = 1.0
 _LP_PER_MODEL_S = 1.2
 _HEURISTIC_PER_MODEL_S = 0.6
+_WHOLE_LP_PER_MODEL_S = 2.0
+_WHOLE_LP_SHARE = 0.2
+_WHOLE = 2**62  # window_columns of an LP solved whole
 _EVALUATE_PER_MODEL_S = 0.4
 # A search of such a model finds nothing in less than this many times its building:
 # on the 10,000-edge graph (Zen 4 VM) a 4.3 s search after a 2.45 s build found no
@@ -323,8 +326,14 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
     # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
     # should the LP miss its limit) is computed beside it, on this thread
+    # the whole LP's bound is tighter (521,711 against 517,019 ns on 10,000 edges) but
+    # it takes ~1.6-1.8x the model's building against ~1.0-1.2x in windows: it is solved
+    # whole only where that is a small share of the time left (the windows' search gets
+    # the rest, see _neighbourhood_search)
+    whole = _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * left
     with ThreadPoolExecutor(max_workers=1) as pool:
-        solving = pool.submit(relax, bm, left) if lp else None
+        solving = pool.submit(relax, bm, left, **({"window_columns": _WHOLE}
+                                                  if whole else {})) if lp else None
         plain = fallback_assignment(problem, restrictions, deadline=deadline)
         relaxation = solving.result() if solving is not None else None
     if relaxation is not None:
@@ -353,13 +362,14 @@ def _neighbourhood_search(bm: BuiltModel, problem: Problem,
     if left <= 0:
         return plan
     message = model_message(bm.model)  # read before the completed hint is written
-    # CP-SAT fills the hint in (up to half the windows' time: without it there are no
-    # windows) on a second thread while this one cuts the windows' structure: the LP
+    # CP-SAT fills the hint in (with all the windows' time if need be: without it there
+    # are no windows, and a limit of half that time failed one 10,000-edge run in three)
+    # on a second thread while this one cuts the windows' structure: the LP
     # solved faster without the structure's Python beside it (2.3 s against 3.2 s on
     # 10,000 edges, AMD EPYC VM).  One CP-SAT worker: the fixed hint leaves nothing to
     # share (0.65 s on one or two), and the structure keeps the other core.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        completing = pool.submit(complete_hint, bm, min(_COMPLETE_HINT_S, left / 2), 1)
+        completing = pool.submit(complete_hint, bm, min(_COMPLETE_HINT_S, left), 1)
         structure = None if message is None else prepare(bm, message)
         completed = completing.result()
     values = hinted_values(bm) if completed and structure is not None else None

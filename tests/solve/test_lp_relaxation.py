@@ -16,6 +16,7 @@ import pytest
 from ortools.sat.python import cp_model
 from planning_support import bindings, exhaustive_optimum, kernel, small_dag, target
 
+import planner.solve.lp as lp_module
 import planner.solve.planner as planner_module
 from planner.solve import Policy, Status, plan_kernel
 from planner.solve.baselines import greedy_assignment
@@ -357,9 +358,9 @@ def test_the_lp_runs_only_when_its_estimate_from_the_model_build_fits(
         built.append(time.perf_counter() - start)
         return out
 
-    def spy(bm: object, limit: float) -> object:
+    def spy(bm: object, limit: float, **kw: int) -> object:
         seen.append(limit)
-        return relax(bm, limit)  # type: ignore[arg-type]
+        return relax(bm, limit, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
@@ -378,6 +379,30 @@ def test_the_lp_runs_only_when_its_estimate_from_the_model_build_fits(
     assert len(seen) == 1 and len(built) == 1
     # reserve: max(10 % of the limit, 0.4 x model); heuristic share: 50 x model
     assert seen[0] <= 20 - max(2.0, 0.4 * built[0]) - 50.0 * built[0]
+
+
+@pytest.mark.parametrize(("whole_per_model_s", "whole"), [(0.0, True), (1e9, False)])
+def test_the_lp_is_solved_whole_only_where_that_is_a_small_share_of_the_time(
+        monkeypatch: pytest.MonkeyPatch, whole_per_model_s: float, whole: bool) -> None:
+    windows: list[int] = []
+
+    def spy(bm: object, limit: float, window_columns: int = lp_module.WINDOW_COLUMNS
+            ) -> object:
+        windows.append(window_columns)
+        return relax(bm, limit, window_columns)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
+    monkeypatch.setattr(planner_module, "_WHOLE_LP_PER_MODEL_S", whole_per_model_s)
+    monkeypatch.setattr(planner_module, "relax", spy)
+    plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16},
+                       time_limit_s=20)
+    assert plan.status in (Status.FEASIBLE, Status.OPTIMAL)
+    assert len(windows) == 1
+    if whole:  # one window holds every column
+        assert windows[0] >= 2**62
+    else:
+        assert windows[0] == lp_module.WINDOW_COLUMNS
 
 
 def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
@@ -413,10 +438,10 @@ def test_the_plain_heuristic_runs_while_the_lp_solves_and_the_cheaper_plan_wins(
     threads: dict[str, int] = {}
     real_fallback = planner_module.fallback_assignment
 
-    def slow_relax(bm: object, limit: float) -> object:
+    def slow_relax(bm: object, limit: float, **kw: int) -> object:
         start = time.perf_counter()
         threads["lp"] = threading.get_ident()
-        out = relax(bm, limit)  # type: ignore[arg-type]
+        out = relax(bm, limit, **kw)  # type: ignore[arg-type]
         time.sleep(0.3)  # a long LP solve: the GIL is free meanwhile
         spans["lp"] = (start, time.perf_counter())
         return out

@@ -54,7 +54,7 @@ def test_windows_lower_the_plan_and_keep_every_constraint(started) -> None:  # t
     structure = prepare(bm)
     assert structure is not None
     found = improve(structure, values, time.perf_counter() + 60, workers=2, window_vars=150)
-    assert found.passes == 2 and found.searched > 4  # several windows, both passes
+    assert found.passes >= 2 and found.searched > 4  # several windows and passes
     assert found.improved > 0
     assert _holds_every_constraint(bm, found.values)
     plan = decode_values(bm, found.values)
