@@ -940,16 +940,20 @@ def _delivered(bm: BuiltModel, held_at: dict[tuple[int, int, int], list[Cond]], 
 
 
 def add_hint(bm: BuiltModel, a: Assignment) -> None:
-    """Hint CP-SAT with a known assignment (a heuristic plan)."""
-    for (e, c), lit in bm.x.items():
-        bm.model.add_hint(lit, a.choices[e] is c)
-    for (vi, q), lit in bm.y.items():
-        bm.model.add_hint(lit, a.placement[vi] == q)
-    for (e, q), lit in bm.z.items():
-        bm.model.add_hint(lit, a.choices[e] is MATERIALIZED
-                         and a.placement[bm.problem.edges[e].value] == q)
-    for (vi, k), lit in bm.u.items():
-        bm.model.add_hint(lit, a.versions[vi] == k)
+    """Hint CP-SAT with a known assignment (a heuristic plan): its decision literals,
+    written to the proto in two calls (one ``add_hint`` per literal took 0.2 s for the
+    ~60,000 of 10,000 edges)."""
+    edges = bm.problem.edges
+    pairs = [*((lit, a.choices[e] is c) for (e, c), lit in bm.x.items()),
+             *((lit, a.placement[vi] == q) for (vi, q), lit in bm.y.items()),
+             *((lit, a.choices[e] is MATERIALIZED and a.placement[edges[e].value] == q)
+               for (e, q), lit in bm.z.items()),
+             *((lit, a.versions[vi] == k) for (vi, k), lit in bm.u.items())]
+    indices = [lit.Index() for lit, _ in pairs]
+    hint = bm.model.Proto().solution_hint
+    hint.vars.extend([i if i >= 0 else -i - 1 for i in indices])
+    hint.values.extend([int(value if i >= 0 else not value)
+                        for i, (_, value) in zip(indices, pairs, strict=True)])
 
 
 def set_hint_values(bm: BuiltModel, values: Sequence[int]) -> None:

@@ -324,24 +324,25 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     found = relaxation = None
     left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
     lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
-    # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
-    # should the LP miss its limit) is computed beside it, on this thread
-    # the whole LP's bound is tighter (521,711 against 517,019 ns on 10,000 edges) but
+    # The whole LP's bound is tighter (521,711 against 517,019 ns on 10,000 edges) but
     # it takes ~1.6-1.8x the model's building against ~1.0-1.2x in windows: it is solved
     # whole only where that is a small share of the time left (the windows' search gets
-    # the rest, see _neighbourhood_search)
+    # the rest, see _neighbourhood_search).
     whole = _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * left
+    # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
+    # should the LP miss its limit) is computed and priced beside it, on this thread
     with ThreadPoolExecutor(max_workers=1) as pool:
         solving = pool.submit(relax, bm, left, **({"window_columns": _WHOLE}
                                                   if whole else {})) if lp else None
         plain = fallback_assignment(problem, restrictions, deadline=deadline)
+        plain_cost = None if plain is None else evaluate(problem, plain,
+                                                         restrictions).objective
         relaxation = solving.result() if solving is not None else None
     if relaxation is not None:
         found = greedy_assignment(problem, restrictions, rounded_choices(bm, relaxation))
     bound = relaxation.bound if relaxation is not None else 0
-    if found is None or (plain is not None and evaluate(
-            problem, plain, restrictions).objective < evaluate(
-            problem, found, restrictions).objective):
+    if found is None or (plain_cost is not None
+                         and plain_cost < evaluate(problem, found, restrictions).objective):
         found = plain
     if found is not None:
         add_hint(bm, found)
