@@ -45,6 +45,7 @@ import numpy as np
 from ortools.sat import cp_model_pb2
 from ortools.sat.python import cp_model
 
+from planner.errors import Diagnostic, PlannerError
 from planner.solve.costs import Assignment
 from planner.solve.lp import rcm_positions
 from planner.solve.model import BuiltModel, decode, objective_terms
@@ -264,7 +265,10 @@ def _search(values: np.ndarray, free: np.ndarray, members: np.ndarray,
     lines.append(f"solution_hint {{ vars: [{', '.join(map(str, range(len(free))))}] "
                  f"values: [{', '.join(map(str, values[free].tolist()))}] }}")
     model = cp_model.CpModel()
-    model.Proto().parse_text_format("\n".join(lines))
+    if not model.Proto().parse_text_format("\n".join(lines)):  # a partial model: a bug
+        raise PlannerError(Diagnostic("internal error: a window of the planning model did "
+                                      "not parse as a CP-SAT model (a planner bug; please "
+                                      "report it with the kernel)"), kind="internal")
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.num_workers = 1
@@ -274,6 +278,10 @@ def _search(values: np.ndarray, free: np.ndarray, members: np.ndarray,
     params.linearization_level = 2
     params.cp_model_probing_level = 0
     status = solver.Solve(model)
+    if status == cp_model.MODEL_INVALID:
+        raise PlannerError(Diagnostic("internal error: CP-SAT rejected a window of the "
+                                      "planning model: " + model.Validate()[:500]),
+                           kind="internal")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     current = sum(c * int(values[free[i]]) for i, c in own)

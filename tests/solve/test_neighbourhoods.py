@@ -4,6 +4,7 @@ windows' searches are deterministic."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ from bench_modules import load_bench
 from ortools.sat.python import cp_model
 
 from planner.catalog import CatalogRegistry
+from planner.errors import PlannerError
 from planner.solve.costs import build_problem, evaluate
 from planner.solve.lp import complete_hint
 from planner.solve.model import BuiltModel, add_hint, build_model, fallback_assignment, solve
@@ -99,3 +101,19 @@ def test_a_constraint_the_windows_cannot_copy_means_no_windows(started) -> None:
     a, b = other.model.new_int_var(0, 3, "a"), other.model.new_int_var(0, 3, "b")
     other.model.add_all_different([a, b])
     assert prepare(other) is None
+
+
+@pytest.mark.parametrize(("template", "said"), [
+    ("constraints {{ bogus {{ }} }}", "did not parse"),
+    ("constraints {{ linear {{ vars: [0] coeffs: [1, 2] domain: [0, 1] }} }}", "rejected"),
+], ids=["unparsed", "invalid"])
+def test_a_window_cpsat_cannot_take_is_an_internal_error(started, template: str,  # type: ignore[no-untyped-def]
+                                                         said: str) -> None:
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    broken = dataclasses.replace(structure, constraints=tuple(
+        (refs, template) for refs, _ in structure.constraints))
+    with pytest.raises(PlannerError, match=f"internal error.*{said}") as info:
+        improve(broken, values, time.perf_counter() + 60, workers=1, window_vars=150)
+    assert info.value.kind == "internal"
