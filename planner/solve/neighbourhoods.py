@@ -200,10 +200,12 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
     for a, b in zip(p_win[multi].tolist(), p_win[multi + 1].tolist(), strict=True):
         neighbours[a].add(b)
         neighbours[b].add(a)
-    # a constraint mentioning three or more windows links them all pairwise
+    # a constraint mentioning three or more windows links them all pairwise (``pairs``
+    # is sorted, so each constraint's windows are one run of it)
     counts = np.bincount(p_row, minlength=len(constraints))
+    first = np.searchsorted(p_row, np.arange(len(constraints)))
     for r in np.flatnonzero(counts > 2).tolist():
-        ws = p_win[p_row == r].tolist()
+        ws = p_win[first[r]:first[r] + counts[r]].tolist()
         for a in ws:
             neighbours[a].update(w for w in ws if w != a)
     cost = np.bincount(window, weights=coef * values, minlength=k)
