@@ -74,7 +74,13 @@ from planner.solve.decompose import solve_parts
 from planner.solve.evaluator import Held, held_at_points, reusing_evaluations
 from planner.solve.explain import edge_reason, explain_infeasible
 from planner.solve.inline_depth import MAX_INLINE_DEPTH
-from planner.solve.lp import Relaxation, complete_hint, relax, rounded_choices
+from planner.solve.lp import (
+    WINDOW_COLUMNS,
+    Relaxation,
+    complete_hint,
+    relax,
+    rounded_choices,
+)
 from planner.solve.model import (
     BuiltModel,
     OutOfTime,
@@ -332,8 +338,9 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
     # should the LP miss its limit) is computed and priced beside it, on this thread
     with ThreadPoolExecutor(max_workers=1) as pool:
-        solving = pool.submit(relax, bm, left, **({"window_columns": _WHOLE}
-                                                  if whole else {})) if lp else None
+        solving = pool.submit(relax, bm, left,
+                              window_columns=_WHOLE if whole else WINDOW_COLUMNS) \
+            if lp else None
         plain = fallback_assignment(problem, restrictions, deadline=deadline)
         plain_cost = None if plain is None else evaluate(problem, plain,
                                                          restrictions).objective
@@ -380,8 +387,7 @@ def _neighbourhood_search(bm: BuiltModel, problem: Problem,
     if found is None or not found.improved:
         return plan
     set_hint_values(bm, found.values)
-    better = _no_worse(problem, restrictions, decode_values(bm, found.values), plan)
-    return plan if better is None else better
+    return _no_worse(problem, restrictions, decode_values(bm, found.values), plan) or plan
 
 
 def _no_worse(problem: Problem, restrictions: Mapping[int, frozenset],

@@ -223,17 +223,25 @@ def test_large_problem_path_reports_the_lp_bound(monkeypatch: pytest.MonkeyPatch
                                      abs=1e-6)
 
 
-def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # the LP is solved, its rounding repaired; no search: the bound is the LP's (or the
-    # capacity-free relaxation where that is higher), never above the objective
+@pytest.fixture
+def large_without_search(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Every problem takes the large-problem path, with no time for a whole-model
+    search (which must not run)."""
     def no_search(*a: object, **k: object) -> object:
         raise AssertionError("the search must not run")
 
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)
     monkeypatch.setattr(planner_module, "solve", no_search)
-    monkeypatch.setattr(planner_module, "prepare", lambda bm, message=None: None)  # no windows
+    return monkeypatch
+
+
+def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
+        large_without_search: pytest.MonkeyPatch) -> None:
+    # the LP is solved, its rounding repaired; no search: the bound is the LP's (or the
+    # capacity-free relaxation where that is higher), never above the objective
+    large_without_search.setattr(planner_module, "prepare",
+                                 lambda bm, message=None: None)  # no windows
     problem = build_problem(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
     bm = build_model(problem, cuts=False)
     relaxation = relax(bm)
@@ -248,17 +256,11 @@ def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
     assert best is not None and plan.bound <= best <= plan.objective
 
 
-def test_large_problem_without_time_to_search_improves_the_heuristic_by_windows(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("large_without_search")
+def test_large_problem_without_time_to_search_improves_the_heuristic_by_windows() -> None:
     # no whole-model search: the windows (here one window holds the whole small model,
     # searched exactly) improve the LP heuristic's plan of the softmax on AVX-512 (4,097
     # ns) to the exhaustive optimum (4,006 ns)
-    def no_search(*a: object, **k: object) -> object:
-        raise AssertionError("the search must not run")
-
-    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
-    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)
-    monkeypatch.setattr(planner_module, "solve", no_search)
     name, avx512 = "softmax", target("x86-avx512")
     problem = build_problem(kernel(name), avx512, bindings(name))
     bm = build_model(problem, cuts=False)
