@@ -20,7 +20,9 @@ relaxation of :mod:`planner.solve.lp`), on ``--workers`` search workers: ``plan 
 the whole ``plan_kernel`` call
 (graph, pricing, proofs, model building, search, evaluation), which ``time_limit`` bounds
 (``/ limit``: its share of the limit), ``cp-sat s`` the search alone (tie-break
-included), ``model size`` the estimate of :func:`planner.solve.budget.estimate_model_size`,
+included; from 5,000 edges the windows' searches of :mod:`planner.solve.neighbourhoods`
+and any whole-model search after them), ``model size`` the estimate of
+:func:`planner.solve.budget.estimate_model_size`,
 and the seconds of the plan's phases (building the priced problem, the CP-SAT model, the
 search, the reference evaluation).
 

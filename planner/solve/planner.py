@@ -271,6 +271,8 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     if result is None:
         result = solve(bm, time_limit_s=search, workers=workers, progress=progress,
                        deadline=deadline, fallback=early)
+    if lns_s:  # the plan's search time counts the windows' searches too
+        result = dataclasses.replace(result, wall_s=result.wall_s + lns_s)
     phase("solve")
     if result.assignment is not None:
         if result.status == "optimal":
