@@ -47,6 +47,7 @@ from planner.errors import Diagnostic, PlannerError
 from planner.solve.costs import Assignment, evaluate, total
 from planner.solve.model import (
     BuiltModel,
+    LiteralValues,
     Progress,
     SolveResult,
     _solver,
@@ -232,11 +233,11 @@ def _remap(c: object, index: dict[int, int]) -> None:
         e.vars.extend(new)
 
 
-class _Joint:
+class _Joint(LiteralValues):
     """The parts' solutions as one: ``BooleanValue`` of a literal of the whole model."""
 
     def __init__(self, n: int) -> None:
-        self.values = [False] * n
+        super().__init__([False] * n)
 
     def take(self, part: Part, solver: cp_model.CpSolver) -> None:
         solution = list(solver.ResponseProto().solution)
@@ -263,10 +264,6 @@ class _Joint:
                 i = lit.Index()
                 if _var(i) in unsolved:
                     self.values[_var(i)] = value if i >= 0 else not value
-
-    def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
-        i = lit.Index()
-        return self.values[i] if i >= 0 else not self.values[-i - 1]
 
 
 class _PartView:

@@ -1271,6 +1271,23 @@ def _fallback_assignment(problem: Problem, restrictions: Restrictions | None,
     return None
 
 
+class LiteralValues:
+    """``BooleanValue`` of a literal (CpSolver's name for it) from a value per variable
+    of the model: what :func:`decode` reads, for an assignment no solver holds."""
+
+    def __init__(self, values: Sequence[int | bool]) -> None:
+        self.values = values
+
+    def BooleanValue(self, lit: cp_model.IntVar) -> bool:
+        i = lit.Index()
+        return bool(self.values[i]) if i >= 0 else not self.values[-i - 1]
+
+
+def decode_values(bm: BuiltModel, values: Sequence[int | bool]) -> Assignment:
+    """The plan an assignment of ``bm``'s variables (a value per variable) holds."""
+    return decode(bm, LiteralValues(values))  # type: ignore[arg-type]
+
+
 def decode(bm: BuiltModel, solver: cp_model.CpSolver) -> Assignment:
     """The assignment ``solver`` (anything with ``BooleanValue(literal)``) holds."""
     p = bm.problem

@@ -46,9 +46,8 @@ from ortools.sat import cp_model_pb2
 from ortools.sat.python import cp_model
 
 from planner.errors import Diagnostic, PlannerError
-from planner.solve.costs import Assignment
 from planner.solve.lp import rcm_positions
-from planner.solve.model import BuiltModel, decode, objective_terms
+from planner.solve.model import BuiltModel, objective_terms
 from planner.solve.proto import model_message
 
 #: Variables per window: on the 10,000-edge synthetic graph, 1,500-variable windows
@@ -93,22 +92,6 @@ class Structure:
 # One constraint: its literal references (negative: negated) in text order, and its text
 # with ``{}`` where each goes (a plain tuple: 139,000 dataclasses took 0.3 s to make).
 _Constraint: TypeAlias = "tuple[tuple[int, ...], str]"
-
-
-class _Values:
-    """``BooleanValue`` of a literal from an array of variable values (for decode)."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # CpSolver's name for it
-        i = lit.Index()
-        return bool(self.values[i]) if i >= 0 else not self.values[-i - 1]
-
-
-def decode_values(bm: BuiltModel, values: np.ndarray) -> Assignment:
-    """The plan an assignment of ``bm``'s variables holds."""
-    return decode(bm, _Values(values))  # type: ignore[arg-type]
 
 
 def hinted_values(bm: BuiltModel) -> np.ndarray | None:
@@ -203,9 +186,10 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
     # a constraint mentioning three or more windows links them all pairwise (``pairs``
     # is sorted, so each constraint's windows are one run of it)
     counts = np.bincount(p_row, minlength=len(constraints))
-    first = np.searchsorted(p_row, np.arange(len(constraints)))
-    for r in np.flatnonzero(counts > 2).tolist():
-        ws = p_win[first[r]:first[r] + counts[r]].tolist()
+    wide = np.flatnonzero(counts > 2)
+    first = np.searchsorted(p_row, wide)
+    for r, start in zip(wide.tolist(), first.tolist(), strict=True):
+        ws = p_win[start:start + counts[r]].tolist()
         for a in ws:
             neighbours[a].update(w for w in ws if w != a)
     cost = np.bincount(window, weights=coef * values, minlength=k)

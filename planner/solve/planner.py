@@ -86,17 +86,13 @@ from planner.solve.model import (
     OutOfTime,
     add_hint,
     build_model,
+    decode_values,
     fallback_assignment,
     paused_gc,
     set_hint_values,
     solve,
 )
-from planner.solve.neighbourhoods import (
-    decode_values,
-    hinted_values,
-    improve,
-    prepare,
-)
+from planner.solve.neighbourhoods import hinted_values, improve, prepare
 from planner.solve.proto import model_message
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference

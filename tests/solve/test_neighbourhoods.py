@@ -16,8 +16,15 @@ from planner.catalog import CatalogRegistry
 from planner.errors import PlannerError
 from planner.solve.costs import build_problem, evaluate
 from planner.solve.lp import complete_hint
-from planner.solve.model import BuiltModel, add_hint, build_model, fallback_assignment, solve
-from planner.solve.neighbourhoods import decode_values, hinted_values, improve, prepare
+from planner.solve.model import (
+    BuiltModel,
+    add_hint,
+    build_model,
+    decode_values,
+    fallback_assignment,
+    solve,
+)
+from planner.solve.neighbourhoods import hinted_values, improve, prepare
 
 BINDINGS = {"M": 64, "N": 64}
 
