@@ -92,7 +92,7 @@ from planner.solve.model import (
     set_hint_values,
     solve,
 )
-from planner.solve.neighbourhoods import hinted_values, improve, prepare
+from planner.solve.neighbourhoods import Structure, hinted_values, improve, prepare
 from planner.solve.proto import model_message
 
 # The share of ``time_limit_s`` kept back from the search for decoding and the reference
@@ -300,6 +300,9 @@ class _Early:
     plan: Assignment | None = None  # the heuristic's, also the model's hint
     bound: int = 0  # the LP's bound (0: none)
     relaxation: Relaxation | None = None
+    # the windows' structure, cut while the LP solved (None: not cut, or no windows)
+    structure: Structure | None = None
+    prepared: bool = False  # whether ``structure`` is prepare's answer
 
 
 def _early_fallback(bm: BuiltModel, problem: Problem,
@@ -307,16 +310,19 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
                     model_s: float) -> _Early:
     """For problems of at least :data:`_EARLY_FALLBACK_EDGES` edges, the heuristic plan
     before the search (within the time limit, not after it), also CP-SAT's hint, a lower
-    bound (0: none) and the LP relaxation (None: none).  Where the
-    time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
+    bound (0: none), the LP relaxation (None: none) and the windows' structure.  Where
+    the time left (less ``reserve``, kept for the evaluation, and the heuristic's own)
     covers the LP's expected time (both estimated from ``model_s``, the seconds building
     ``bm`` took), the LP relaxation (:func:`planner.solve.lp.relax`) is solved on a
-    second thread while this one computes the plain heuristic's plan (HiGHS releases the
-    GIL): the LP's optimum is the bound, the heuristic is run again from its rounded
-    choices (:func:`planner.solve.lp.rounded_choices`: on the 10,000-edge synthetic
-    graph of ``bench/solve.py``, 573k-582k ns against the plain heuristic's 618k, with
-    an LP bound of 517k-528k against the relaxation's 439k), and the cheaper of the two plans is
-    kept."""
+    second thread while this one cuts the windows' structure
+    (:func:`planner.solve.neighbourhoods.prepare`; HiGHS releases the GIL): the LP's
+    optimum is the bound and the heuristic runs from its rounded choices
+    (:func:`planner.solve.lp.rounded_choices`: on the 10,000-edge synthetic graph of
+    ``bench/solve.py``, 573k-582k ns against the plain heuristic's 618k, with an LP
+    bound of 517k-528k against the relaxation's 439k).  The plain heuristic's plan is
+    computed only where the LP gives none (not solved, past its limit, or its rounding
+    not repaired): beside the LP its Python slowed the LP's by 0.3-0.7 s of the
+    windows' time, for a plan the windows would start above the LP's."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return _Early()
     with paused_gc():  # the repair allocates hundreds of thousands of small objects
@@ -325,7 +331,7 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
 
 def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
                 deadline: float, reserve: float, model_s: float) -> _Early:
-    found = relaxation = None
+    found = relaxation = structure = None
     left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
     lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
     # The whole LP's bound is tighter (521,711 against 517,019 ns on 10,000 edges) but
@@ -333,25 +339,23 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
     # whole only where that is a small share of the time left (the windows' search gets
     # the rest, see _neighbourhood_search).
     whole = _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * left
-    # HiGHS releases the GIL while it solves: the plain heuristic's plan (the answer
-    # should the LP miss its limit) is computed and priced beside it, on this thread
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        solving = pool.submit(relax, bm, left,
-                              window_columns=_WHOLE if whole else WINDOW_COLUMNS) \
-            if lp else None
-        plain = fallback_assignment(problem, restrictions, deadline=deadline)
-        plain_cost = None if plain is None else evaluate(problem, plain,
-                                                         restrictions).objective
-        relaxation = solving.result() if solving is not None else None
+    if lp:
+        # the model's proto is read once for both (before any hint is written into it)
+        message = model_message(bm.model)
+        # HiGHS releases the GIL while it solves: the windows' structure is cut beside it
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            solving = pool.submit(relax, bm, left, message=message,
+                                  window_columns=_WHOLE if whole else WINDOW_COLUMNS)
+            structure = None if message is None else prepare(bm, message)
+            relaxation = solving.result()
     if relaxation is not None:
         found = greedy_assignment(problem, restrictions, rounded_choices(bm, relaxation))
-    bound = relaxation.bound if relaxation is not None else 0
-    if found is None or (plain_cost is not None
-                         and plain_cost < evaluate(problem, found, restrictions).objective):
-        found = plain
+    if found is None:
+        found = fallback_assignment(problem, restrictions, deadline=deadline)
     if found is not None:
         add_hint(bm, found)
-    return _Early(found, bound, relaxation)
+    return _Early(found, relaxation.bound if relaxation is not None else 0, relaxation,
+                  structure, lp)
 
 
 def _neighbourhood_search(bm: BuiltModel, problem: Problem,
@@ -367,16 +371,16 @@ def _neighbourhood_search(bm: BuiltModel, problem: Problem,
     left = until - time.perf_counter()
     if left <= 0:
         return plan
-    message = model_message(bm.model)  # read before the completed hint is written
+    # the proto is read before the completed hint is written into it (on another thread)
+    message = None if start.prepared else model_message(bm.model)
     # CP-SAT fills the hint in (with all the windows' time if need be: without it there
-    # are no windows, and a limit of half that time failed one 10,000-edge run in three)
-    # on a second thread while this one cuts the windows' structure: the LP
-    # solved faster without the structure's Python beside it (2.3 s against 3.2 s on
-    # 10,000 edges, AMD EPYC VM).  One CP-SAT worker: the fixed hint leaves nothing to
-    # share (0.65 s on one or two), and the structure keeps the other core.
+    # are no windows, and a limit of half that time failed one 10,000-edge run in three);
+    # the windows' structure was cut while the LP solved, or is cut beside it here.  One
+    # CP-SAT worker: the fixed hint leaves nothing to share (0.65 s on one or two).
     with ThreadPoolExecutor(max_workers=1) as pool:
         completing = pool.submit(complete_hint, bm, min(_COMPLETE_HINT_S, left), 1)
-        structure = None if message is None else prepare(bm, message)
+        structure = start.structure if start.prepared else (
+            None if message is None else prepare(bm, message))
         completed = completing.result()
     values = hinted_values(bm) if completed and structure is not None else None
     found = None if values is None else improve(

@@ -388,10 +388,10 @@ def test_the_lp_is_solved_whole_only_where_that_is_a_small_share_of_the_time(
         monkeypatch: pytest.MonkeyPatch, whole_per_model_s: float, whole: bool) -> None:
     windows: list[int] = []
 
-    def spy(bm: object, limit: float, window_columns: int = lp_module.WINDOW_COLUMNS
-            ) -> object:
+    def spy(bm: object, limit: float, window_columns: int = lp_module.WINDOW_COLUMNS,
+            **kw: object) -> object:
         windows.append(window_columns)
-        return relax(bm, limit, window_columns)  # type: ignore[arg-type]
+        return relax(bm, limit, window_columns, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
@@ -429,18 +429,20 @@ def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
     assert got == [MATERIALIZED, VIRTUAL, VIRTUAL, FUSED]
 
 
-def test_the_plain_heuristic_runs_while_the_lp_solves_and_the_cheaper_plan_wins(
+def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
     import time
 
+    from planner.solve import neighbourhoods
 
-    args, problem, _, worse, good, _ = _plain_and_worse()
+    args, problem, _, _, _, _ = _plain_and_worse()
     spans: dict[str, tuple[float, float]] = {}
     threads: dict[str, int] = {}
-    real_fallback = planner_module.fallback_assignment
+    cut: list[object] = []
+    given: list[object] = []
 
-    def slow_relax(bm: object, limit: float, **kw: int) -> object:
+    def slow_relax(bm: object, limit: float, **kw: object) -> object:
         start = time.perf_counter()
         threads["lp"] = threading.get_ident()
         out = relax(bm, limit, **kw)  # type: ignore[arg-type]
@@ -448,24 +450,64 @@ def test_the_plain_heuristic_runs_while_the_lp_solves_and_the_cheaper_plan_wins(
         spans["lp"] = (start, time.perf_counter())
         return out
 
-    def timed_fallback(*a: object, **k: object) -> object:
+    def timed_prepare(bm: object, message: object = None) -> object:
         start = time.perf_counter()
-        threads["heuristic"] = threading.get_ident()
-        out = real_fallback(*a, **k)  # type: ignore[arg-type]
-        spans["heuristic"] = (start, time.perf_counter())
+        threads["structure"] = threading.get_ident()
+        out = neighbourhoods.prepare(bm, message)  # type: ignore[arg-type]
+        spans["structure"] = (start, time.perf_counter())
+        cut.append(out)
         return out
+
+    def spy_improve(structure: object, *a: object, **k: object) -> object:
+        given.append(structure)
+        return neighbourhoods.improve(structure, *a, **k)  # type: ignore[arg-type]
+
+    def no_plain(*a: object, **k: object) -> object:
+        raise AssertionError("the plain heuristic must not run where the LP gave a plan")
 
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
     monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
     monkeypatch.setattr(planner_module, "relax", slow_relax)
-    monkeypatch.setattr(planner_module, "fallback_assignment", timed_fallback)
-    # the LP's rounding repaired into a worse plan than the plain heuristic's
-    monkeypatch.setattr(planner_module, "greedy_assignment", lambda *a, **k: worse)
+    monkeypatch.setattr(planner_module, "prepare", timed_prepare)
+    monkeypatch.setattr(planner_module, "improve", spy_improve)
+    monkeypatch.setattr(planner_module, "fallback_assignment", no_plain)
     plan = plan_kernel(*args, time_limit_s=20)
-    assert threads["lp"] != threads["heuristic"]
-    (lp_start, lp_end), (h_start, h_end) = spans["lp"], spans["heuristic"]
-    assert h_start < lp_end and lp_start < h_end  # side by side
+    assert threads["lp"] != threads["structure"]
+    (lp_start, lp_end), (s_start, s_end) = spans["lp"], spans["structure"]
+    assert s_start < lp_end and lp_start < s_end  # side by side
+    assert len(cut) == 1 and cut[0] is not None  # cut once, and the windows used it
+    assert given == cut
+    bm = build_model(problem, cuts=False)
+    lp = relax(bm)
+    assert lp is not None
+    expected = greedy_assignment(problem, {}, rounded_choices(bm, lp))
+    assert expected is not None
+    assert plan.status is Status.FEASIBLE
+    assert plan.objective <= evaluate(problem, expected, {}).objective
+    assert plan.bound == min(max(lp.bound, relaxed_bound(problem)), plan.objective)
+
+
+@pytest.mark.parametrize("lp_fails", ["not solved", "no plan from its rounding"])
+def test_the_plain_heuristic_is_the_start_where_the_lp_gives_no_plan(
+        monkeypatch: pytest.MonkeyPatch, lp_fails: str) -> None:
+    args, _, _, _, good, _ = _plain_and_worse()
+    calls: list[str] = []
+    real_fallback = planner_module.fallback_assignment
+
+    def counted_fallback(*a: object, **k: object) -> object:
+        calls.append("plain")
+        return real_fallback(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
+    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
+    monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
+    monkeypatch.setattr(planner_module, "prepare", lambda bm, message=None: None)
+    if lp_fails == "not solved":
+        monkeypatch.setattr(planner_module, "relax", lambda *a, **k: None)
+    else:
+        monkeypatch.setattr(planner_module, "greedy_assignment", lambda *a, **k: None)
+    monkeypatch.setattr(planner_module, "fallback_assignment", counted_fallback)
+    plan = plan_kernel(*args, time_limit_s=20)
+    assert calls == ["plain"]
     assert plan.status is Status.FEASIBLE and plan.objective == good
-    lp = relax(build_model(problem, cuts=False))
-    assert lp is not None and plan.bound == min(max(lp.bound, relaxed_bound(problem)), good)
