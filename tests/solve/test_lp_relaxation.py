@@ -511,3 +511,39 @@ def test_the_plain_heuristic_is_the_start_where_the_lp_gives_no_plan(
     plan = plan_kernel(*args, time_limit_s=20)
     assert calls == ["plain"]
     assert plan.status is Status.FEASIBLE and plan.objective == good
+
+
+@pytest.mark.parametrize("built_s", [0.1, 2.0])
+def test_the_windows_stop_before_the_deadline_by_their_tail(
+        large_without_search: pytest.MonkeyPatch, built_s: float) -> None:
+    # the windows leave the deadline what their plan's evaluation and listing take:
+    # 0.6 x the model's building, at least 0.25 s (not the 10 % of the limit the
+    # search paths keep)
+    import time
+
+    real_build = planner_module.build_model
+    until: list[float] = []
+    start: list[float] = []
+
+    def slow_build(*a: object, **k: object):  # type: ignore[no-untyped-def]
+        out = real_build(*a, **k)  # type: ignore[arg-type]
+        time.sleep(built_s)  # the model's building, as the planner times it
+        return out
+
+    def spy(bm: object, problem: object, restrictions: object, early: object,
+            deadline: float, workers: int) -> object:
+        until.append(deadline)
+        return early.plan  # type: ignore[attr-defined]
+
+    large_without_search.setattr(planner_module, "build_model", slow_build)
+    large_without_search.setattr(planner_module, "_neighbourhood_search", spy)
+    large_without_search.setattr(planner_module, "_MIN_LP_S", 1e9)  # no LP
+    start.append(time.perf_counter())
+    plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16},
+                       time_limit_s=30)
+    assert plan.status is Status.FEASIBLE and len(until) == 1
+    model_s = dict(plan.phases)["model"]
+    assert model_s >= built_s
+    expected = start[0] + 30 - max(0.25, 0.6 * model_s)
+    # the phase's seconds hold the model's building and a little more (the phase call)
+    assert expected - 0.05 <= until[0] <= expected + 0.6 * 0.05 + 0.05
