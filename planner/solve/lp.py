@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,11 +152,14 @@ def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.n
 
 def relax(bm: BuiltModel, time_limit_s: float = 60.0,
           window_columns: int = WINDOW_COLUMNS,
-          message: cp_model_pb2.CpModelProto | None = None) -> Relaxation | None:
+          message: cp_model_pb2.CpModelProto | None = None,
+          solving: Callable[[], None] | None = None) -> Relaxation | None:
     """Solve the LP relaxation of ``bm`` (see the module docstring), in windows of about
     ``window_columns`` columns where it has more; None when HiGHS does not prove every
     window's optimum within ``time_limit_s`` (or is not available).  ``message``: the
-    model's proto where the caller has read it (:func:`planner.solve.proto.model_message`)."""
+    model's proto where the caller has read it (:func:`planner.solve.proto.model_message`);
+    ``solving()`` is called once the rows are read, as HiGHS starts (which releases the
+    GIL: the rest of this call is mostly HiGHS's)."""
     start = time.perf_counter()
     solver = mb.Solver("highs")
     if not solver.solver_is_supported():
@@ -181,6 +185,8 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
     row_window = _row_windows(row, block[var], count)
     values = np.zeros(n)
     value = offset
+    if solving is not None:
+        solving()
     for w in range(int(block.max(initial=-1)) + 1):
         cols = np.flatnonzero(block == w)
         inside = np.flatnonzero(row_window == w)

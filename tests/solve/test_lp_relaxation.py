@@ -445,7 +445,14 @@ def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic
     def slow_relax(bm: object, limit: float, **kw: object) -> object:
         start = time.perf_counter()
         threads["lp"] = threading.get_ident()
-        out = relax(bm, limit, **kw)  # type: ignore[arg-type]
+        told = kw.pop("solving")
+
+        def solving() -> None:
+            spans["rows"] = (start, time.perf_counter())
+            time.sleep(0.2)  # the structure must wait for the rows, not for this
+            told()  # type: ignore[operator]
+
+        out = relax(bm, limit, solving=solving, **kw)  # type: ignore[arg-type]
         time.sleep(0.3)  # a long LP solve: the GIL is free meanwhile
         spans["lp"] = (start, time.perf_counter())
         return out
@@ -476,6 +483,7 @@ def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic
     assert threads["lp"] != threads["structure"]
     (lp_start, lp_end), (s_start, s_end) = spans["lp"], spans["structure"]
     assert s_start < lp_end and lp_start < s_end  # side by side
+    assert spans["rows"][1] + 0.2 <= s_start  # once the LP's rows are read
     assert len(cut) == 1 and cut[0] is not None  # cut once, and the windows used it
     assert given == cut
     bm = build_model(problem, cuts=False)
