@@ -132,14 +132,15 @@ _EVALUATE_PER_MODEL_S = 0.4
 # on the 10,000-edge graph (Zen 4 VM) a 4.3 s search after a 2.45 s build found no
 # plan better than its hint and ended past the limit.
 _SEARCH_PER_MODEL_S = 2.0
-# The windows stop this many times the model's building before the deadline (at least
-# _MIN_WINDOWS_TAIL_S): what follows them is their plan's decoding and comparison with
-# the heuristic's, the reference evaluation, the plan's listing and copies (on the
-# 10,000-edge graph 0.5-0.55 s after a 1.7 s build, AMD EPYC VM: 0.3 times), and a
-# window's search can end a little past its limit.  The share of the limit the other
-# paths keep for their evaluation (_EVALUATE_SHARE, 1 s of 10) left half of it unused.
-_WINDOWS_TAIL_PER_MODEL_S = 0.6
-_MIN_WINDOWS_TAIL_S = 0.25
+# The windows stop _WINDOWS_TAIL_S plus this many times the model's building before the
+# deadline: the last windows' searches end up to ~0.17 s past their limit, then come
+# their plan's decoding and comparison with the heuristic's, the reference evaluation,
+# the plan's listing and copies (0.2 s after a 0.86 s build on 5,000 edges, 0.42 s after
+# 1.7 s on 10,000; AMD EPYC VM), and ~0.3 s are left over.  The share of the limit the
+# other paths keep for their evaluation (_EVALUATE_SHARE, 1 s of 10) left half of it
+# unused.
+_WINDOWS_TAIL_S = 0.35
+_WINDOWS_TAIL_PER_MODEL_S = 0.4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 
 Progress = Callable[[int, int, float], None]
@@ -261,7 +262,7 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
         started = time.perf_counter()
         early = _neighbourhood_search(
             bm, problem, restrictions, start,
-            deadline - max(_MIN_WINDOWS_TAIL_S, _WINDOWS_TAIL_PER_MODEL_S * model_s),
+            deadline - _WINDOWS_TAIL_S - _WINDOWS_TAIL_PER_MODEL_S * model_s,
             workers)
         lns_s = time.perf_counter() - started
     search = max(_MIN_SEARCH_S, _left(deadline) - reserve)
