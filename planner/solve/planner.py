@@ -127,6 +127,9 @@ _HEURISTIC_PER_MODEL_S = 0.6
 _WHOLE_LP_PER_MODEL_S = 2.0
 _WHOLE_LP_SHARE = 0.2
 _WHOLE = 2**62  # window_columns of an LP solved whole
+# Building a large problem's model with the LP cuts takes about this many times building
+# the problem (10,000 edges: 1.98-2.06 s after 1.27 s; AMD EPYC VM).
+_MODEL_PER_PROBLEM_S = 1.6
 _EVALUATE_PER_MODEL_S = 0.4
 # A search of such a model finds nothing in less than this many times its building:
 # on the 10,000-edge graph (Zen 4 VM) a 4.3 s search after a 2.45 s build found no
@@ -226,8 +229,10 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                  ) -> MaterializationPlan:
     policy = _enum(Policy, policy, "policy")
     base = _enum(Baseline, baseline, "baseline") if baseline is not None else None
+    started = time.perf_counter()
     problem = build_problem(kernel, target, bindings, policy,
                             max_inline_depth=max_inline_depth)
+    problem_s = time.perf_counter() - started
     phase("build")
     proofs = run_proofs(kernel, target, bindings, _left(deadline), bounds)
     phase("proofs")
@@ -243,17 +248,16 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     try:
         if _left(deadline) <= 0:
             raise OutOfTime
+        cuts = _cuts_pay(problem, deadline, time_limit_s, problem_s)
         started = time.perf_counter()
-        # the LP cuts pay where CP-SAT proves bounds, not on problems it barely searches
-        bm = build_model(problem, restrictions, deadline=deadline,
-                         cuts=len(problem.edges) < _EARLY_FALLBACK_EDGES)
+        bm = build_model(problem, restrictions, deadline=deadline, cuts=cuts)
     except OutOfTime:
         phase("model")
         return _out_of_time(header, problem, restrictions, kernel, target, time_limit_s)
     model_s = time.perf_counter() - started
     phase("model")
     # kept back for the evaluation: a share of the limit, or what one takes at this size
-    reserve = max(_EVALUATE_SHARE * time_limit_s, _EVALUATE_PER_MODEL_S * model_s)
+    reserve = _reserve(time_limit_s, model_s)
     start = _early_fallback(bm, problem, restrictions, deadline, reserve, model_s)
     early, lp_bound, lns_s = start.plan, start.bound, 0.0
     if early is not None:
@@ -339,13 +343,9 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
 def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
                 deadline: float, reserve: float, model_s: float) -> _Early:
     found = relaxation = structure = None
-    left = _left(deadline) - reserve - _HEURISTIC_PER_MODEL_S * model_s
+    left = _lp_time(_left(deadline), reserve, model_s)
     lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
-    # The whole LP's bound is tighter (521,711 against 517,019 ns on 10,000 edges) but
-    # it takes ~1.6-1.8x the model's building against ~1.0-1.2x in windows: it is solved
-    # whole only where that is a small share of the time left (the windows' search gets
-    # the rest, see _neighbourhood_search).
-    whole = _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * left
+    whole = _solved_whole(left, model_s)
     if lp:
         # the model's proto is read once for both (before any hint is written into it)
         message = model_message(bm.model)
@@ -402,6 +402,43 @@ def _neighbourhood_search(bm: BuiltModel, problem: Problem,
         return plan
     set_hint_values(bm, found.values)
     return _no_worse(problem, restrictions, decode_values(bm, found.values), plan) or plan
+
+
+def _reserve(time_limit_s: float, model_s: float) -> float:
+    """The seconds kept back for the evaluation: a share of the limit, or what one takes
+    after a model built in ``model_s``."""
+    return max(_EVALUATE_SHARE * time_limit_s, _EVALUATE_PER_MODEL_S * model_s)
+
+
+def _lp_time(left: float, reserve: float, model_s: float) -> float:
+    """The LP's time from ``left`` seconds once the model is built: less the evaluation's
+    ``reserve`` and the heuristic's share."""
+    return left - reserve - _HEURISTIC_PER_MODEL_S * model_s
+
+
+def _solved_whole(lp_time: float, model_s: float) -> bool:
+    """Whether the LP is solved whole (one window).  Its bound is tighter (521,711
+    against 517,019 ns on 10,000 edges) but it takes ~1.6-1.8x the model's building
+    against ~1.0-1.2x in windows: only where that is a small share of the time left (the
+    windows' search gets the rest, see _neighbourhood_search)."""
+    return _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * lp_time
+
+
+def _cuts_pay(problem: Problem, deadline: float, time_limit_s: float, problem_s: float
+              ) -> bool:
+    """Whether the model gets the LP cuts (:func:`planner.solve.model.build_model`'s
+    ``cuts``): where CP-SAT proves bounds (under :data:`_EARLY_FALLBACK_EDGES` edges),
+    and on larger problems where the LP is expected to be solved whole (the model's
+    building estimated from the problem's, ``problem_s``).  They tighten the whole LP
+    (10,000 edges: 525,546 against 521,711 ns, a 30 s plan's gap 0.54 % against 1.24 %)
+    for ~25 % more model building and a ~20 % longer LP; in windows the LP gains less
+    (518,798 against 517,019 ns) than the windows' search loses (a 10 s plan's gap
+    4.95 % against 4.2 %), and a problem CP-SAT barely searches gains nothing else."""
+    if len(problem.edges) < _EARLY_FALLBACK_EDGES:
+        return True
+    model_s = _MODEL_PER_PROBLEM_S * problem_s
+    return _solved_whole(_lp_time(_left(deadline) - model_s,
+                                  _reserve(time_limit_s, model_s), model_s), model_s)
 
 
 def _no_worse(problem: Problem, restrictions: Mapping[int, frozenset],
