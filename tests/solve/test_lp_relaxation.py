@@ -557,10 +557,8 @@ def test_the_windows_stop_before_the_deadline_by_their_tail(
     assert expected - 0.05 <= until[0] <= expected + 0.4 * 0.05 + 0.05
 
 
-@pytest.mark.parametrize(("model_per_problem_s", "cuts"), [(0.0, True), (1e9, False)])
-def test_a_large_problem_gets_the_lp_cuts_only_where_its_lp_is_expected_whole(
-        monkeypatch: pytest.MonkeyPatch, model_per_problem_s: float, cuts: bool) -> None:
-    # the cuts tighten the whole LP; in windows they cost the windows more than they give
+def _cuts_seen(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The ``cuts`` argument of every build_model call plan_kernel makes from here on."""
     real_build = planner_module.build_model
     seen: list[bool] = []
 
@@ -568,10 +566,18 @@ def test_a_large_problem_gets_the_lp_cuts_only_where_its_lp_is_expected_whole(
         seen.append(bool(k["cuts"]))
         return real_build(*a, **k)  # type: ignore[arg-type]
 
+    monkeypatch.setattr(planner_module, "build_model", spy)
+    return seen
+
+
+@pytest.mark.parametrize(("model_per_problem_s", "cuts"), [(0.0, True), (1e9, False)])
+def test_a_large_problem_gets_the_lp_cuts_only_where_its_lp_is_expected_whole(
+        monkeypatch: pytest.MonkeyPatch, model_per_problem_s: float, cuts: bool) -> None:
+    # the cuts tighten the whole LP; in windows they cost the windows more than they give
+    seen = _cuts_seen(monkeypatch)
     monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
     monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
     monkeypatch.setattr(planner_module, "_MODEL_PER_PROBLEM_S", model_per_problem_s)
-    monkeypatch.setattr(planner_module, "build_model", spy)
     plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16},
                        time_limit_s=20)
     assert plan.status is Status.FEASIBLE
@@ -579,14 +585,7 @@ def test_a_large_problem_gets_the_lp_cuts_only_where_its_lp_is_expected_whole(
 
 
 def test_a_small_problem_always_gets_the_lp_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_build = planner_module.build_model
-    seen: list[bool] = []
-
-    def spy(*a: object, **k: object):  # type: ignore[no-untyped-def]
-        seen.append(bool(k["cuts"]))
-        return real_build(*a, **k)  # type: ignore[arg-type]
-
+    seen = _cuts_seen(monkeypatch)
     monkeypatch.setattr(planner_module, "_MODEL_PER_PROBLEM_S", 1e9)
-    monkeypatch.setattr(planner_module, "build_model", spy)
     plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
     assert plan.status is Status.OPTIMAL and seen == [True]
