@@ -429,6 +429,7 @@ def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
     assert got == [MATERIALIZED, VIRTUAL, VIRTUAL, FUSED]
 
 
+@pytest.mark.usefixtures("large_without_search")
 def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
@@ -472,8 +473,6 @@ def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic
     def no_plain(*a: object, **k: object) -> object:
         raise AssertionError("the plain heuristic must not run where the LP gave a plan")
 
-    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
-    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
     monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
     monkeypatch.setattr(planner_module, "relax", slow_relax)
     monkeypatch.setattr(planner_module, "prepare", timed_prepare)
@@ -496,6 +495,7 @@ def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic
     assert plan.bound == min(max(lp.bound, relaxed_bound(problem)), plan.objective)
 
 
+@pytest.mark.usefixtures("large_without_search")
 @pytest.mark.parametrize("lp_fails", ["not solved", "no plan from its rounding"])
 def test_the_plain_heuristic_is_the_start_where_the_lp_gives_no_plan(
         monkeypatch: pytest.MonkeyPatch, lp_fails: str) -> None:
@@ -507,8 +507,6 @@ def test_the_plain_heuristic_is_the_start_where_the_lp_gives_no_plan(
         calls.append("plain")
         return real_fallback(*a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
-    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
     monkeypatch.setattr(planner_module, "_MIN_LP_S", 0.0)
     monkeypatch.setattr(planner_module, "prepare", lambda bm, message=None: None)
     if lp_fails == "not solved":
@@ -570,13 +568,12 @@ def _cuts_seen(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return seen
 
 
+@pytest.mark.usefixtures("large_without_search")
 @pytest.mark.parametrize(("model_per_problem_s", "cuts"), [(0.0, True), (1e9, False)])
 def test_a_large_problem_gets_the_lp_cuts_only_where_its_lp_is_expected_whole(
         monkeypatch: pytest.MonkeyPatch, model_per_problem_s: float, cuts: bool) -> None:
     # the cuts tighten the whole LP; in windows they cost the windows more than they give
     seen = _cuts_seen(monkeypatch)
-    monkeypatch.setattr(planner_module, "_EARLY_FALLBACK_EDGES", 1)
-    monkeypatch.setattr(planner_module, "_MIN_LARGE_SEARCH_S", 1e9)  # no search
     monkeypatch.setattr(planner_module, "_MODEL_PER_PROBLEM_S", model_per_problem_s)
     plan = plan_kernel(small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16},
                        time_limit_s=20)
