@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import tempfile
@@ -24,3 +25,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ci")
+
+
+#: Seconds a test process may take to exit once its tests are done (pytest-timeout bounds
+#: each test; this bounds what follows them: threads joined at exit, clusters closing).
+EXIT_WATCHDOG_S = 180
+
+
+def pytest_unconfigure(config: object) -> None:
+    """A process that does not exit within :data:`EXIT_WATCHDOG_S` after its last test
+    prints every thread's stack and exits 1, instead of stalling CI until its cap."""
+    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True)
