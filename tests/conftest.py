@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,21 @@ settings.load_profile("ci")
 EXIT_WATCHDOG_S = 180
 
 
-def pytest_unconfigure(config: object) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     """A process that does not exit within :data:`EXIT_WATCHDOG_S` after its last test
-    prints every thread's stack and exits 1, instead of stalling CI until its cap."""
-    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True)
+    prints every thread's stack and exits 1, instead of stalling CI until its cap; only
+    a process that exists to run the tests (the ``pytest`` command, an xdist worker), not
+    one that called ``pytest.main`` and goes on (a REPL, an IDE)."""
+    if _runs_only_the_tests():
+        config.get_terminal_writer().flush()  # the watchdog's exit flushes nothing
+        sys.stdout.flush()
+        sys.stderr.flush()
+        faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True)
+
+
+def _runs_only_the_tests() -> bool:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return True
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return script.name in ("pytest", "py.test") or (
+        script.name == "__main__.py" and script.parent.name == "pytest")
