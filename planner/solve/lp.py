@@ -22,7 +22,12 @@ dropped.  The blocks then share no row, so the LP's optimum is the sum of theirs
 HiGHS solve each: still a relaxation (fewer rows), so still a bound.  On the
 10,000-edge synthetic graph of ``bench/solve.py`` (97,185 columns, 139,240 rows), 9
 windows bound 517,019 ns in 2.7 s (1.6 s of it in HiGHS), against 521,711 ns in
-3.9-4.5 s for the whole LP (AMD Zen 4 VM).
+3.9-4.5 s for the whole LP (AMD Zen 4 VM).  Where the time runs out after some windows,
+a *partial* relaxation keeps them (the planner's choice): every window not solved counts
+the least its objective takes over its columns' box, which still bounds it from below.
+On a slow day's 10,000-edge plan whose LP ran out of time after 3.1 s, it bounded
+467,060 ns and its rounded plan cost 579,580 ns, where the plain heuristic's (what an
+LP past its limit left before) cost 618,355.
 """
 
 from __future__ import annotations
@@ -54,16 +59,21 @@ _HIGHS = threading.Lock()
 _INT = 2**62  # beyond this a domain end is unbounded
 #: An LP of more columns than this is solved in windows of about this many (:func:`windows`).
 WINDOW_COLUMNS = 12_000
+#: A window HiGHS did not solve, at most this many seconds before the limit: out of time.
+_TIME_LEFT_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
 class Relaxation:
     """An LP optimum of a model: ``bound`` (ns, the problem's constant included, a lower
-    bound on every plan's objective) and ``values`` (per proto variable index)."""
+    bound on every plan's objective) and ``values`` (per proto variable index).  A
+    ``partial`` relaxation (:func:`relax`'s ``partial``) solved only some windows: the
+    others' columns are NaN and count their box minimum in ``bound``."""
 
     bound: int
     values: np.ndarray
     seconds: float
+    partial: bool = False
 
 
 def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -153,10 +163,14 @@ def rows(proto: cp_model_pb2.CpModelProto) -> tuple[np.ndarray, np.ndarray, np.n
 def relax(bm: BuiltModel, time_limit_s: float = 60.0,
           window_columns: int = WINDOW_COLUMNS,
           message: cp_model_pb2.CpModelProto | None = None,
-          solving: Callable[[], None] | None = None) -> Relaxation | None:
+          solving: Callable[[], None] | None = None,
+          partial: bool = False) -> Relaxation | None:
     """Solve the LP relaxation of ``bm`` (see the module docstring), in windows of about
     ``window_columns`` columns where it has more; None when HiGHS does not prove every
-    window's optimum within ``time_limit_s`` (or is not available).  ``message``: the
+    window's optimum within ``time_limit_s`` (or is not available).  ``partial``: where
+    the time runs out after some windows, those are kept and every later window counts
+    the least its objective takes over its columns' box (dropping a window's rows keeps
+    a relaxation); its columns' values are NaN (``Relaxation.partial``).  ``message``: the
     model's proto where the caller has read it (:func:`planner.solve.proto.model_message`);
     ``solving()`` is called once the rows are read, as HiGHS starts (which releases the
     GIL: the rest of this call is mostly HiGHS's)."""
@@ -189,24 +203,36 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
         solving()
     for w in range(int(block.max(initial=-1)) + 1):
         cols = np.flatnonzero(block == w)
-        inside = np.flatnonzero(row_window == w)
-        model = mb.Model()
-        _load(model, lower[cols], upper[cols], objective[cols], matrix[inside][:, cols],
-              lo[inside], hi[inside])
         left = time_limit_s - (time.perf_counter() - start)
-        if left <= 0:
-            return None
-        solver.set_time_limit_in_seconds(left)
-        solver.set_solver_specific_parameters("output_flag=false")  # no banner on stdout
-        with _HIGHS:
-            status = solver.solve(model)
-        if status != mb.SolveStatus.OPTIMAL:
-            return None
-        value += solver.objective_value
-        values[cols] = _values(solver, model)
-    # every plan's cost is an integer at least the LP's true optimum
-    bound = math.ceil(value - _TOLERANCE * max(1.0, abs(value)))
-    return Relaxation(bound, values, time.perf_counter() - start)
+        status = None
+        if left > 0:
+            inside = np.flatnonzero(row_window == w)
+            model = mb.Model()
+            _load(model, lower[cols], upper[cols], objective[cols],
+                  matrix[inside][:, cols], lo[inside], hi[inside])
+            solver.set_time_limit_in_seconds(left)
+            solver.set_solver_specific_parameters("output_flag=false")  # no banner
+            with _HIGHS:
+                status = solver.solve(model)
+        if status == mb.SolveStatus.OPTIMAL:
+            value += solver.objective_value
+            values[cols] = _values(solver, model)
+            continue
+        out_of_time = time_limit_s - (time.perf_counter() - start) <= _TIME_LEFT_S
+        if not partial or w == 0 or not out_of_time:
+            return None  # nothing solved yet, or HiGHS failed for another reason
+        rest = np.flatnonzero(block >= w)
+        c = objective[rest]
+        value += float(np.minimum(c * lower[rest], c * upper[rest]).sum())
+        values[rest] = np.nan
+        return Relaxation(_whole_ns(value), values, time.perf_counter() - start, True)
+    return Relaxation(_whole_ns(value), values, time.perf_counter() - start)
+
+
+def _whole_ns(value: float) -> int:
+    """The bound an LP optimum ``value`` gives: every plan's cost is a whole number of
+    ns at least the LP's true optimum (HiGHS's own is within its tolerance)."""
+    return math.ceil(value - _TOLERANCE * max(1.0, abs(value)))
 
 
 def windows(row: np.ndarray, var: np.ndarray, count: int, n: int, k: int) -> np.ndarray:
@@ -281,16 +307,19 @@ VIRTUAL_AT_LEAST = 0.8
 def rounded_choices(bm: BuiltModel, relaxation: Relaxation) -> list[Decision | None]:
     """Each edge's choice of largest LP value (the first such in the model's order),
     virtual only where its value is at least :data:`VIRTUAL_AT_LEAST` (or no other
-    choice exists).  The LP shares the registers out fractionally: rounding its
-    half-virtual edges to virtual overflows them, and the heuristic's repair then evicts
-    by size, not by cost.  On the synthetic graphs of ``bench/solve.py`` (10,000 edges,
-    seeds 0 and 1; 5,000 edges) the repaired plan cost 2.1-2.7 % less than from the
+    choice exists); None where a partial relaxation has no value for it.  The LP shares
+    the registers out fractionally: rounding its half-virtual edges to virtual overflows
+    them, and the heuristic's repair then evicts by size, not by cost.  On the synthetic
+    graphs of ``bench/solve.py`` (10,000 edges, seeds 0 and 1; 5,000 edges) the
+    repaired plan cost 2.1-2.7 % less than from the
     plain rounding (e.g. 571,505 against 583,723 ns, the LP bound 521,711); thresholds
     from 0.6 to 0.9 gave within 0.5 % of each other."""
     best: list[tuple[float, Decision | None]] = [(-1.0, None)] * len(bm.problem.edges)
     values = relaxation.values
     for (e, c), lit in bm.x.items():
         val = float(values[lit.Index()])
+        if math.isnan(val):
+            continue  # a window a partial relaxation did not solve: the heuristic's choice
         if c is VIRTUAL and val < VIRTUAL_AT_LEAST:
             val = 0.0  # above no other choice: the others' values sum to more than 0.2
         if val > best[e][0]:

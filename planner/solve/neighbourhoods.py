@@ -195,9 +195,7 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
         ws = p_win[start:start + counts[r]].tolist()
         for a in ws:
             neighbours[a].update(w for w in ws if w != a)
-    cost = np.bincount(window, weights=coef * values, minlength=k)
-    if lp_values is not None:
-        cost = cost - np.bincount(window, weights=coef * lp_values, minlength=k)
+    cost = window_gains(values, window, coef, lp_values, k)
     by_gain = sorted(range(k), key=lambda w: (-cost[w], w))
     colour = [-1] * k
     for w in by_gain:
@@ -221,6 +219,18 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
                     values[free[w]] = solution
                     improved += 1
     return searched, improved, True
+
+
+def window_gains(values: np.ndarray, window: np.ndarray, coef: np.ndarray,
+                 lp_values: np.ndarray | None, k: int) -> np.ndarray:
+    """Each of the ``k`` windows' objective share under ``values`` (``coef``: each
+    variable's objective coefficient, ``window``: its window), less its share under the
+    LP's ``lp_values`` where given: what the window may gain.  An LP value that is NaN (a
+    window a partial relaxation did not solve) counts 0."""
+    cost = np.bincount(window, weights=coef * values, minlength=k)
+    if lp_values is None:
+        return cost
+    return cost - np.bincount(window, weights=coef * np.nan_to_num(lp_values), minlength=k)
 
 
 def _search(values: np.ndarray, free: np.ndarray, members: np.ndarray,

@@ -335,8 +335,10 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     (:func:`planner.solve.lp.rounded_choices`: on the 10,000-edge synthetic graph of
     ``bench/solve.py``, 573k-582k ns against the plain heuristic's 618k, with an LP
     bound of 517k-528k against the relaxation's 439k).  The plain heuristic's plan is
-    computed only where the LP gives none (not solved, past its limit, or its rounding
-    not repaired): beside the LP its Python slowed the LP's by 0.3-0.7 s of the
+    computed only where the LP gives none (not solved, past its limit before its first
+    window, or its rounding not repaired; past it later, the windows solved so far are
+    kept, :func:`planner.solve.lp.relax`'s ``partial``, and the heuristic chooses the
+    other windows' edges itself): beside the LP its Python slowed the LP's by 0.3-0.7 s of the
     windows' time, for a plan the windows would start above the LP's."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return _Early()
@@ -359,7 +361,8 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
         highs = threading.Event()
         with ThreadPoolExecutor(max_workers=1) as pool:
             solving = pool.submit(relax, bm, left, message=message, solving=highs.set,
-                                  window_columns=_WHOLE if whole else WINDOW_COLUMNS)
+                                  window_columns=_WHOLE if whole else WINDOW_COLUMNS,
+                                  partial=True)
             solving.add_done_callback(lambda _: highs.set())
             highs.wait()
             structure = None if message is None else prepare(bm, message)

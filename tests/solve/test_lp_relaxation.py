@@ -429,6 +429,75 @@ def test_rounding_keeps_an_edge_virtual_only_from_the_threshold_on() -> None:
     assert got == [MATERIALIZED, VIRTUAL, VIRTUAL, FUSED]
 
 
+def _two_blocks(m):  # type: ignore[no-untyped-def]
+    """bool_or(a, b) with a costing 1, b 2 (LP optimum 1) and exactly_one(c, d) with c
+    costing 3, d 5 (LP optimum 3): two windows of two columns."""
+    a, b, c, d = (m.new_bool_var(n) for n in "abcd")
+    m.add_bool_or([a, b])
+    m.add_exactly_one([c, d])
+    return [a, b, c, d]
+
+
+def _clock_running_out_after(calls: int):  # type: ignore[no-untyped-def]
+    """A stand-in for lp's ``time`` whose clock stands still for ``calls`` readings and
+    then jumps past any limit."""
+    readings = iter(range(10**6))
+    return SimpleNamespace(perf_counter=lambda: 0.0 if next(readings) < calls else 1e9)
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_partial_relaxation_keeps_the_windows_solved_in_time(
+        monkeypatch: pytest.MonkeyPatch, partial: bool) -> None:
+    import math
+
+    # readings: the start, window 0's time left; window 1 then finds the time gone
+    monkeypatch.setattr(lp_module, "time", _clock_running_out_after(2))
+    got = relax(_toy(_two_blocks, [1, 2, 3, 5]), 10.0, window_columns=2,  # type: ignore[arg-type]
+                partial=partial)
+    if not partial:
+        assert got is None
+        return
+    assert got is not None and got.partial
+    solved = [not math.isnan(v) for v in got.values]
+    # one block solved at its LP optimum; the other's box minimum is 0 (costs >= 0)
+    assert solved in ([True, True, False, False], [False, False, True, True])
+    if solved[0]:
+        assert list(got.values[:2]) == [1, 0] and got.bound == 1
+    else:
+        assert list(got.values[2:]) == [1, 0] and got.bound == 3
+
+
+def test_a_partial_relaxation_counts_negative_costs_of_unsolved_windows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import math
+
+    # the box minimum of an unsolved window is its negative costs (every literal at 1)
+    monkeypatch.setattr(lp_module, "time", _clock_running_out_after(2))
+    got = relax(_toy(_two_blocks, [-1, -2, -3, -5]), 10.0,  # type: ignore[arg-type]
+                window_columns=2, partial=True)
+    assert got is not None and got.partial
+    if math.isnan(got.values[0]):  # c, d solved (exactly one: d at -5), a, b boxed: -1 - 2
+        assert got.bound == -5 - 3
+    else:  # a, b solved (both at 1: -3), c, d boxed: -3 - 5
+        assert got.bound == -3 - 8
+
+
+def test_rounding_leaves_the_edges_of_unsolved_windows_to_the_heuristic() -> None:
+    import numpy as np
+
+    from planner.solve.costs import FUSED, MATERIALIZED
+    from planner.solve.lp import Relaxation
+
+    m = cp_model.CpModel()
+    lits = [m.new_bool_var(f"v{i}") for i in range(4)]
+    x = {(0, FUSED): lits[0], (0, MATERIALIZED): lits[1],
+         (1, FUSED): lits[2], (1, MATERIALIZED): lits[3]}
+    values = np.array([0.2, 0.8, np.nan, np.nan])
+    bm = SimpleNamespace(x=x, problem=SimpleNamespace(edges=[0, 1]))
+    got = rounded_choices(bm, Relaxation(0, values, 0.0, True))  # type: ignore[arg-type]
+    assert got == [MATERIALIZED, None]
+
+
 @pytest.mark.usefixtures("large_without_search")
 def test_the_windows_structure_is_cut_while_the_lp_solves_and_no_plain_heuristic_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:

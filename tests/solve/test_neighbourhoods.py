@@ -93,6 +93,18 @@ def test_windows_are_deterministic(started) -> None:  # type: ignore[no-untyped-
     assert runs[0].improved == runs[1].improved
 
 
+def test_lp_values_a_partial_relaxation_lacks_count_as_zero() -> None:
+    from planner.solve.neighbourhoods import window_gains
+
+    values = np.array([1.0, 0.0, 1.0, 1.0])
+    window = np.array([0, 0, 1, 1])
+    coef = np.array([4.0, 3.0, 2.0, 5.0])
+    lp = np.array([0.5, 0.5, np.nan, np.nan])  # window 1 not solved by the LP
+    # window 0: 4 - (2 + 1.5) = 0.5; window 1: 2 + 5 - 0 = 7
+    assert window_gains(values, window, coef, lp, 2).tolist() == [0.5, 7.0]
+    assert window_gains(values, window, coef, None, 2).tolist() == [4.0, 7.0]
+
+
 def test_a_passed_deadline_searches_nothing(started) -> None:  # type: ignore[no-untyped-def]
     _, bm, values, _ = started
     structure = prepare(bm)
