@@ -256,6 +256,44 @@ def test_large_problem_without_time_to_search_answers_with_the_lp_heuristic(
     assert best is not None and plan.bound <= best <= plan.objective
 
 
+def test_a_large_problem_plans_from_an_lp_that_ran_out_after_its_first_window(
+        large_without_search: pytest.MonkeyPatch) -> None:
+    # the LP in windows of 10 columns, its clock gone after the first: the plan is the
+    # heuristic's from the partial rounding, its bound the partial LP's (or the
+    # capacity-free relaxation where higher), never above the exhaustive optimum
+    large_without_search.setattr(planner_module, "prepare",
+                                 lambda bm, message=None: None)  # no windows
+    real_relax = lp_module.relax
+    seen = []
+
+    def running_out(bm, *a, **k):  # type: ignore[no-untyped-def]
+        k["window_columns"] = 10
+        saved = lp_module.time
+        lp_module.time = _clock_running_out_after(2)  # type: ignore[assignment]
+        try:
+            seen.append((bm, real_relax(bm, *a, **k)))
+        finally:
+            lp_module.time = saved  # type: ignore[assignment]
+        return seen[-1][1]
+
+    large_without_search.setattr(planner_module, "relax", running_out)
+    args = (small_dag(4, ops=5), target("x86-avx2"), {"M": 8, "N": 16})
+    plan = plan_kernel(*args)
+    assert len(seen) == 1
+    bm, relaxation = seen[0]  # the planner's own model, its proto indices
+    assert relaxation is not None and relaxation.partial
+    problem = build_problem(*args)
+    start = rounded_choices(bm, relaxation)
+    assert None in start  # the edges of the windows not solved
+    expected = greedy_assignment(problem, {}, start)
+    assert expected is not None
+    assert plan.status is Status.FEASIBLE
+    assert plan.objective == evaluate(problem, expected, {}).objective
+    assert plan.bound == min(max(relaxation.bound, relaxed_bound(problem)), plan.objective)
+    best, _ = exhaustive_optimum(problem)
+    assert best is not None and total(problem.constant) <= plan.bound <= best
+
+
 @pytest.mark.usefixtures("large_without_search")
 def test_large_problem_without_time_to_search_improves_the_heuristic_by_windows() -> None:
     # no whole-model search: the windows (here one window holds the whole small model,
