@@ -311,9 +311,9 @@ def rounded_choices(bm: BuiltModel, relaxation: Relaxation) -> list[Decision | N
     the registers out fractionally: rounding its half-virtual edges to virtual overflows
     them, and the heuristic's repair then evicts by size, not by cost.  On the synthetic
     graphs of ``bench/solve.py`` (10,000 edges, seeds 0 and 1; 5,000 edges) the
-    repaired plan cost 2.1-2.7 % less than from the
-    plain rounding (e.g. 571,505 against 583,723 ns, the LP bound 521,711); thresholds
-    from 0.6 to 0.9 gave within 0.5 % of each other."""
+    repaired plan cost 2.1-2.7 % less than from the plain rounding (e.g. 571,505 against
+    583,723 ns, the LP bound 521,711); thresholds from 0.6 to 0.9 gave within 0.5 % of
+    each other."""
     best: list[tuple[float, Decision | None]] = [(-1.0, None)] * len(bm.problem.edges)
     values = relaxation.values
     for (e, c), lit in bm.x.items():

@@ -338,8 +338,8 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     computed only where the LP gives none (not solved, past its limit before its first
     window, or its rounding not repaired; past it later, the windows solved so far are
     kept, :func:`planner.solve.lp.relax`'s ``partial``, and the heuristic chooses the
-    other windows' edges itself): beside the LP its Python slowed the LP's by 0.3-0.7 s of the
-    windows' time, for a plan the windows would start above the LP's."""
+    other windows' edges itself): beside the LP its Python slowed the LP's by 0.3-0.7 s
+    of the windows' time, for a plan the windows would start above the LP's."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return _Early()
     with paused_gc():  # the repair allocates hundreds of thousands of small objects

@@ -268,12 +268,9 @@ def test_a_large_problem_plans_from_an_lp_that_ran_out_after_its_first_window(
 
     def running_out(bm, *a, **k):  # type: ignore[no-untyped-def]
         k["window_columns"] = 10
-        saved = lp_module.time
-        lp_module.time = _clock_running_out_after(2)  # type: ignore[assignment]
-        try:
+        with pytest.MonkeyPatch.context() as clock:  # this call's clock only
+            clock.setattr(lp_module, "time", _clock_running_out_after(2))
             seen.append((bm, real_relax(bm, *a, **k)))
-        finally:
-            lp_module.time = saved  # type: ignore[assignment]
         return seen[-1][1]
 
     large_without_search.setattr(planner_module, "relax", running_out)
