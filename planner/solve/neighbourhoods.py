@@ -47,6 +47,8 @@ from typing import TypeAlias
 import numpy as np
 from ortools.sat import cp_model_pb2
 from ortools.sat.python import cp_model
+from scipy import sparse
+from scipy.sparse.csgraph import connected_components
 
 from planner.errors import Diagnostic, PlannerError
 from planner.solve.lp import rcm_positions
@@ -65,6 +67,11 @@ WINDOW_DETERMINISTIC_S = 0.5
 #: 3,000-variable ones went on to 528,608 (8.5 s more), 6,000 to 528,223 (19 s more),
 #: 12,000 found nothing more (the whole LP's bound is 521,711).
 GROWTH = 4
+#: Free variables per search of the LP-guided neighbourhood (:func:`lp_guided`): the
+#: components of the variables whose LP value is not the plan's are packed into
+#: searches of about this many (on the 10,000-edge graph: 31,356 free variables in 317
+#: components, 12 searches of 2,000-3,000 taking 0.04-0.08 s each).
+GUIDED_VARS = 3000
 _KINDS = ("bool_and", "bool_or", "exactly_one", "at_most_one")
 
 
@@ -138,13 +145,16 @@ def prepare(bm: BuiltModel, message: cp_model_pb2.CpModelProto | None = None
 def improve(structure: Structure, values: np.ndarray, deadline: float, workers: int = 2,
             lp_values: np.ndarray | None = None, window_vars: int = WINDOW_VARS
             ) -> Improvement:
-    """Improve the complete assignment ``values`` of the model's variables window by
-    window (see the module docstring) until ``deadline`` (a ``time.perf_counter()``
+    """Improve the complete assignment ``values`` of the model's variables, first where
+    the LP relaxation's ``lp_values`` disagree with it (:func:`lp_guided`, when given),
+    then window by window (see the module docstring) until ``deadline`` (a ``time.perf_counter()``
     instant) passes or the largest windows (:data:`GROWTH` times ``window_vars``) are
     done: two passes per window size (cuts shifted by half a window in the second),
     the size doubled after them (its deterministic time too)."""
     out = values.copy()
     searched = improved = passes = 0
+    if lp_values is not None:
+        searched, improved = lp_guided(structure, out, lp_values, deadline, workers)
     size, det = window_vars, WINDOW_DETERMINISTIC_S
     while size <= GROWTH * window_vars and time.perf_counter() < deadline:
         for shift in (0.0, 0.5):
@@ -159,6 +169,69 @@ def improve(structure: Structure, values: np.ndarray, deadline: float, workers: 
                 break  # nothing moved: the shifted windows start from the same values
         size, det = 2 * size, 2 * det
     return Improvement(out, searched, improved, passes)
+
+
+def lp_guided(structure: Structure, values: np.ndarray, lp_values: np.ndarray,
+              deadline: float, workers: int = 2, batch_vars: int = GUIDED_VARS
+              ) -> tuple[int, int]:
+    """Search, in place of ``values``, every variable the LP relaxation does not agree
+    with (RINS: its LP value is fractional or another 0-1 value than the plan's; a NaN,
+    a window a partial relaxation did not solve, is left to the windows), every other
+    variable fixed; (searched, improved).
+
+    Fixed variables cut the model apart: free variables that share a constraint form a
+    component, and components share no constraint, so each is an independent search.
+    They are packed, largest first, into searches of about ``batch_vars`` (one model
+    each), run side by side on ``workers`` threads, and each search's values replace
+    its own variables only: no two searches read or write a free variable of the other,
+    so the result does not depend on the thread timing.  On the 10,000-edge graph of
+    ``bench/solve.py`` this lowered the LP heuristic's plan by 8.2 % of its search
+    objective in 0.5-0.8 s, what the windows below took 3 s on two threads to reach."""
+    n = len(values)
+    known = ~np.isnan(lp_values)
+    near = np.round(np.nan_to_num(lp_values))
+    free = known & ~((np.abs(np.nan_to_num(lp_values) - near) < 1e-6) & (near == values))
+    if not free.any():
+        return 0, 0
+    rows, var = structure.rows, structure.var
+    mention = free[var]
+    count = len(structure.constraints)
+    link = sparse.csr_matrix((np.ones(int(mention.sum())), (var[mention], rows[mention] + n)),
+                             shape=(n + count, n + count))
+    _, label = connected_components(link, directed=False)
+    index = np.flatnonzero(free)
+    order = np.argsort(label[index], kind="stable")
+    index = index[order]
+    components = np.split(index, np.flatnonzero(np.diff(label[index])) + 1)
+    components.sort(key=len, reverse=True)  # stable: ties keep their label order
+    batches: list[np.ndarray] = []
+    current: list[np.ndarray] = []
+    size = 0
+    for component in components:
+        if current and size + len(component) > batch_vars:
+            batches.append(np.sort(np.concatenate(current)))
+            current, size = [], 0
+        current.append(component)
+        size += len(component)
+    if current:
+        batches.append(np.sort(np.concatenate(current)))
+
+    def search(batch: np.ndarray) -> np.ndarray | bool | None:
+        mask = np.zeros(n, dtype=bool)
+        mask[batch] = True
+        return _search(values, batch, np.unique(rows[mask[var]]), structure.constraints,
+                       structure.domains, structure.coef, deadline,
+                       2 * WINDOW_DETERMINISTIC_S)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        found = list(pool.map(search, batches))
+    searched = improved = 0
+    for batch, solution in zip(batches, found, strict=True):
+        searched += solution is not False
+        if solution is not None and solution is not False:
+            values[batch] = solution
+            improved += 1
+    return searched, improved
 
 
 def _cut(pos: np.ndarray, n: int, window_vars: int, shift: float) -> np.ndarray:

@@ -136,3 +136,66 @@ def test_a_window_cpsat_cannot_take_is_an_internal_error(started, template: str,
     with pytest.raises(PlannerError, match=f"internal error.*{said}") as info:
         improve(broken, values, time.perf_counter() + 60, workers=1, window_vars=150)
     assert info.value.kind == "internal"
+
+
+@pytest.fixture(scope="module")
+def relaxed(started) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The LP relaxation's values of the 300-edge model."""
+    from planner.solve.lp import relax
+
+    _, bm, _, _ = started
+    relaxation = relax(bm, 60)
+    assert relaxation is not None and not relaxation.partial
+    return relaxation.values
+
+
+def _objective(bm: BuiltModel, values: np.ndarray) -> int:
+    structure = prepare(bm)
+    assert structure is not None
+    return int(structure.coef @ values)
+
+
+def test_the_lp_guided_search_frees_only_what_the_lp_disagrees_with(started, relaxed) -> None:  # type: ignore[no-untyped-def]
+    from planner.solve.neighbourhoods import lp_guided
+
+    problem, bm, values, heuristic = started
+    structure = prepare(bm)
+    assert structure is not None
+    out = values.copy()
+    searched, improved = lp_guided(structure, out, relaxed, time.perf_counter() + 60, 2,
+                                   batch_vars=200)
+    agree = (np.abs(relaxed - values) < 1e-6)
+    assert (~agree).sum() > 0 and searched >= 1 and improved >= 1
+    assert np.array_equal(out[agree], values[agree])  # what the LP agrees with stays
+    assert _holds_every_constraint(bm, out)
+    ev = evaluate(problem, decode_values(bm, out), {})
+    assert ev.feasible, ev.violations[:3]
+    assert ev.objective < heuristic
+    assert _objective(bm, out) < _objective(bm, values)
+
+
+def test_an_lp_that_agrees_everywhere_searches_nothing(started) -> None:  # type: ignore[no-untyped-def]
+    from planner.solve.neighbourhoods import lp_guided
+
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    out = values.copy()
+    assert lp_guided(structure, out, values.astype(float), time.perf_counter() + 60) == (0, 0)
+    unsolved = np.full(len(values), np.nan)  # a partial LP's unsolved windows: not guided
+    assert lp_guided(structure, out, unsolved, time.perf_counter() + 60) == (0, 0)
+    assert np.array_equal(out, values)
+
+
+def test_the_lp_guided_search_is_deterministic(started, relaxed) -> None:  # type: ignore[no-untyped-def]
+    from planner.solve.neighbourhoods import lp_guided
+
+    _, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    runs = []
+    for workers in (1, 2):
+        out = values.copy()
+        lp_guided(structure, out, relaxed, time.perf_counter() + 60, workers, batch_vars=200)
+        runs.append(out)
+    assert np.array_equal(runs[0], runs[1])
