@@ -2,8 +2,9 @@
 variables searched exactly, one at a time, with every other variable fixed.
 
 A model too large to search whole in the time left (from 5,000 edges, see
-:mod:`planner.solve.planner`) is improved window by window from a complete assignment
-(the heuristic's plan with its derived literals filled in,
+:mod:`planner.solve.planner`) is first searched where the LP relaxation disagrees with
+the plan (:func:`lp_guided`, RINS), then improved window by window from a complete
+assignment (the heuristic's plan with its derived literals filled in,
 :func:`planner.solve.lp.complete_hint`).  The variables are ordered to keep those that
 share constraints close (reverse Cuthill-McKee, :func:`planner.solve.lp.rcm_positions`:
 a kernel's program order, about) and cut into windows of about :data:`WINDOW_VARS`.  A
@@ -147,10 +148,10 @@ def improve(structure: Structure, values: np.ndarray, deadline: float, workers: 
             ) -> Improvement:
     """Improve the complete assignment ``values`` of the model's variables, first where
     the LP relaxation's ``lp_values`` disagree with it (:func:`lp_guided`, when given),
-    then window by window (see the module docstring) until ``deadline`` (a ``time.perf_counter()``
-    instant) passes or the largest windows (:data:`GROWTH` times ``window_vars``) are
-    done: two passes per window size (cuts shifted by half a window in the second),
-    the size doubled after them (its deterministic time too)."""
+    then window by window (see the module docstring) until ``deadline`` (a
+    ``time.perf_counter()`` instant) passes or the largest windows (:data:`GROWTH`
+    times ``window_vars``) are done: two passes per window size (cuts shifted by half a
+    window in the second), the size doubled after them (its deterministic time too)."""
     out = values.copy()
     searched = improved = passes = 0
     if lp_values is not None:
@@ -196,8 +197,9 @@ def lp_guided(structure: Structure, values: np.ndarray, lp_values: np.ndarray,
     rows, var = structure.rows, structure.var
     mention = free[var]
     count = len(structure.constraints)
-    link = sparse.csr_matrix((np.ones(int(mention.sum())), (var[mention], rows[mention] + n)),
-                             shape=(n + count, n + count))
+    link = sparse.csr_matrix(
+        (np.ones(int(mention.sum())), (var[mention], rows[mention] + n)),
+        shape=(n + count, n + count))
     _, label = connected_components(link, directed=False)
     index = np.flatnonzero(free)
     order = np.argsort(label[index], kind="stable")
