@@ -350,7 +350,7 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
                 deadline: float, reserve: float, model_s: float) -> _Early:
     found = relaxation = structure = None
     left = _lp_time(_left(deadline), reserve, model_s)
-    lp = left >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
+    lp = _lp_fits(left, model_s)
     whole = _solved_whole(left, model_s)
     if lp:
         # the model's proto is read once for both (before any hint is written into it)
@@ -437,17 +437,26 @@ def _cuts_pay(problem: Problem, deadline: float, time_limit_s: float, problem_s:
               ) -> bool:
     """Whether the model gets the LP cuts (:func:`planner.solve.model.build_model`'s
     ``cuts``): where CP-SAT proves bounds (under :data:`_EARLY_FALLBACK_EDGES` edges),
-    and on larger problems where the LP is expected to be solved whole (the model's
-    building estimated from the problem's, ``problem_s``).  They tighten the whole LP
-    (10,000 edges: 525,546 against 521,711 ns, a 30 s plan's gap 0.54 % against 1.24 %)
-    for ~25 % more model building and a ~20 % longer LP; in windows the LP gains less
-    (518,798 against 517,019 ns) than the windows' search loses (a 10 s plan's gap
-    4.95 % against 4.2 %), and a problem CP-SAT barely searches gains nothing else."""
+    and on larger problems where the LP is expected to be solved (the model's building
+    estimated from the problem's, ``problem_s``).  They tighten the LP for ~25 % more
+    model building and a ~10-20 % longer LP: 10,000 edges whole 525,546 against 521,711
+    ns (a 30 s plan's gap 0.54 % against 1.24 %), in windows of ~48,000 columns 524,361
+    / 533,964 / 542,020 against 520,819 / 531,257 / 538,440 (seeds 0, 1, 2), 10 s plans
+    1.52 / 1.52 / 1.10 % from their bound against 2.32 / 1.87 / 1.98 % (the LP-guided
+    search, :func:`planner.solve.neighbourhoods.lp_guided`, needs little of the time the
+    cuts take; before it, with windows of ~12,000 columns, they cost the windows more
+    than they gained: 4.95 % against 4.2 %)."""
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return True
     model_s = _MODEL_PER_PROBLEM_S * problem_s
-    return _solved_whole(_lp_time(_left(deadline) - model_s,
-                                  _reserve(time_limit_s, model_s), model_s), model_s)
+    left = _lp_time(_left(deadline) - model_s, _reserve(time_limit_s, model_s), model_s)
+    return _lp_fits(left, model_s)
+
+
+def _lp_fits(lp_time: float, model_s: float) -> bool:
+    """Whether the LP is solved in ``lp_time`` seconds (:func:`_lp_time`) after a model
+    built in ``model_s``: only with the time to finish it (see :data:`_MIN_LP_S`)."""
+    return lp_time >= max(_MIN_LP_S, _LP_PER_MODEL_S * model_s)
 
 
 def _no_worse(problem: Problem, restrictions: Mapping[int, frozenset],
