@@ -199,3 +199,25 @@ def test_the_lp_guided_search_is_deterministic(started, relaxed) -> None:  # typ
         lp_guided(structure, out, relaxed, time.perf_counter() + 60, workers, batch_vars=200)
         runs.append(out)
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_the_widened_lp_guided_search_moves_what_the_plain_one_fixed(started, relaxed) -> None:  # type: ignore[no-untyped-def]
+    from planner.solve.neighbourhoods import lp_guided
+
+    problem, bm, values, _ = started
+    structure = prepare(bm)
+    assert structure is not None
+    plain = values.copy()
+    lp_guided(structure, plain, relaxed, time.perf_counter() + 60, 2, batch_vars=200)
+    widened = plain.copy()
+    lp_guided(structure, widened, relaxed, time.perf_counter() + 60, 2, batch_vars=200,
+              reach=8)
+    moved = np.flatnonzero(widened != plain)
+    # after the plain search, what the LP agrees with stays there; only a widened search
+    # can move a variable whose LP value is the plan's
+    agree = np.abs(relaxed - plain) < 1e-6
+    assert agree[moved].any()
+    assert _holds_every_constraint(bm, widened)
+    assert _objective(bm, widened) < _objective(bm, plain)
+    ev = evaluate(problem, decode_values(bm, widened), {})
+    assert ev.feasible, ev.violations[:3]
