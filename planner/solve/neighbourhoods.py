@@ -75,10 +75,11 @@ GROWTH = 4
 GUIDED_VARS = 3000
 #: The widened LP-guided search (:func:`lp_guided`'s ``reach``) also frees every variable
 #: that shares a constraint of at most this many variables with a disagreeing one: on the
-#: 10,000-edge graph, after the plain one (19.13e9 of the search objective in 0.43 s), it
-#: freed ~53,000 variables and reached 18.83e9 in 0.85 s, where 1 s of windows reached
-#: 18.94e9 and 2 s 18.85e9 (capacity sums, which mention hundreds, would join everything).
-GUIDED_REACH = 8
+#: 10,000-edge graph, after the plain one (19.13e9 of the search objective in 0.43 s),
+#: with 16 it reached 18.79e9 in 0.94 s (8: 18.83e9 in 0.82 s, 32: 18.78e9 in 1.12 s),
+#: where 1 s of windows reached 18.94e9 and 2 s 18.85e9 (capacity sums, which mention
+#: hundreds of variables, would join everything into one search).
+GUIDED_REACH = 16
 _KINDS = ("bool_and", "bool_or", "exactly_one", "at_most_one")
 
 
