@@ -154,11 +154,12 @@ def improve(structure: Structure, values: np.ndarray, deadline: float, workers: 
             lp_values: np.ndarray | None = None, window_vars: int = WINDOW_VARS
             ) -> Improvement:
     """Improve the complete assignment ``values`` of the model's variables, first where
-    the LP relaxation's ``lp_values`` disagree with it (:func:`lp_guided`, when given),
-    then window by window (see the module docstring) until ``deadline`` (a
-    ``time.perf_counter()`` instant) passes or the largest windows (:data:`GROWTH`
-    times ``window_vars``) are done: two passes per window size (cuts shifted by half a
-    window in the second), the size doubled after them (its deterministic time too)."""
+    the LP relaxation's ``lp_values`` disagree with it (:func:`lp_guided`, when given:
+    plain, then widened by :data:`GUIDED_REACH`), then window by window (see the module
+    docstring) until ``deadline`` (a ``time.perf_counter()`` instant) passes or the
+    largest windows (:data:`GROWTH` times ``window_vars``) are done: two passes per
+    window size (cuts shifted by half a window in the second), the size doubled after
+    them (its deterministic time too)."""
     out = values.copy()
     searched = improved = passes = 0
     if lp_values is not None:
@@ -201,28 +202,52 @@ def lp_guided(structure: Structure, values: np.ndarray, lp_values: np.ndarray,
     objective in 0.5-0.8 s, what the windows below took 3 s on two threads to reach."""
     n = len(values)
     known = ~np.isnan(lp_values)
-    near = np.round(np.nan_to_num(lp_values))
-    free = known & ~((np.abs(np.nan_to_num(lp_values) - near) < 1e-6) & (near == values))
+    lp = np.nan_to_num(lp_values)
+    near = np.round(lp)
+    free = known & ~((np.abs(lp - near) < 1e-6) & (near == values))
     if not free.any():
         return 0, 0
     rows, var = structure.rows, structure.var
-    if reach:
-        near_free = np.bincount(rows, minlength=len(structure.constraints))[rows] <= reach
-        touched = np.zeros(len(structure.constraints), dtype=bool)
-        touched[rows[free[var] & near_free]] = True
-        free[var[touched[rows] & near_free]] = True
-        free &= known
-    mention = free[var]
     count = len(structure.constraints)
+    if reach:
+        small = np.bincount(rows, minlength=count)[rows] <= reach  # per mention
+        touched = np.zeros(count, dtype=bool)
+        touched[rows[free[var] & small]] = True
+        free[var[touched[rows] & small]] = True
+        free &= known
+    batches = _packed(_components(free, rows, var, count), batch_vars)
+
+    def search(batch: np.ndarray) -> np.ndarray | bool | None:
+        mask = np.zeros(n, dtype=bool)
+        mask[batch] = True
+        return _search(values, batch, np.unique(rows[mask[var]]), structure.constraints,
+                       structure.domains, structure.coef, deadline,
+                       2 * WINDOW_DETERMINISTIC_S)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        found = list(pool.map(search, batches))
+    return _take(values, batches, found)
+
+
+def _components(free: np.ndarray, rows: np.ndarray, var: np.ndarray, count: int
+                ) -> list[np.ndarray]:
+    """The ``free`` variables in groups linked through the constraints (``rows``,
+    ``var``: each mention) that mention them, largest first (ties in label order)."""
+    n = len(free)
+    mention = free[var]
     link = sparse.csr_matrix(
         (np.ones(int(mention.sum())), (var[mention], rows[mention] + n)),
         shape=(n + count, n + count))
     _, label = connected_components(link, directed=False)
     index = np.flatnonzero(free)
-    order = np.argsort(label[index], kind="stable")
-    index = index[order]
+    index = index[np.argsort(label[index], kind="stable")]
     components = np.split(index, np.flatnonzero(np.diff(label[index])) + 1)
-    components.sort(key=len, reverse=True)  # stable: ties keep their label order
+    components.sort(key=len, reverse=True)  # stable
+    return components
+
+
+def _packed(components: list[np.ndarray], batch_vars: int) -> list[np.ndarray]:
+    """``components`` packed in order into sorted batches of about ``batch_vars``."""
     batches: list[np.ndarray] = []
     current: list[np.ndarray] = []
     size = 0
@@ -234,23 +259,7 @@ def lp_guided(structure: Structure, values: np.ndarray, lp_values: np.ndarray,
         size += len(component)
     if current:
         batches.append(np.sort(np.concatenate(current)))
-
-    def search(batch: np.ndarray) -> np.ndarray | bool | None:
-        mask = np.zeros(n, dtype=bool)
-        mask[batch] = True
-        return _search(values, batch, np.unique(rows[mask[var]]), structure.constraints,
-                       structure.domains, structure.coef, deadline,
-                       2 * WINDOW_DETERMINISTIC_S)
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        found = list(pool.map(search, batches))
-    searched = improved = 0
-    for batch, solution in zip(batches, found, strict=True):
-        searched += solution is not False
-        if solution is not None and solution is not False:
-            values[batch] = solution
-            improved += 1
-    return searched, improved
+    return batches
 
 
 def _cut(pos: np.ndarray, n: int, window_vars: int, shift: float) -> np.ndarray:
@@ -305,12 +314,23 @@ def _pass(values: np.ndarray, window: np.ndarray, structure: Structure,
             results = list(pool.map(
                 lambda w: _search(values, free[w], members[w], constraints, domains, coef,
                                   deadline, det), members_of_class))
-            for w, solution in zip(members_of_class, results, strict=True):
-                searched += solution is not False
-                if solution is not None and solution is not False:
-                    values[free[w]] = solution
-                    improved += 1
+            s, i = _take(values, [free[w] for w in members_of_class], results)
+            searched += s
+            improved += i
     return searched, improved, True
+
+
+def _take(values: np.ndarray, frees: Sequence[np.ndarray],
+          solutions: Sequence[np.ndarray | bool | None]) -> tuple[int, int]:
+    """Write each search's better values (:func:`_search`) over its free variables;
+    (searched: not stopped by the deadline, improved)."""
+    searched = improved = 0
+    for free, solution in zip(frees, solutions, strict=True):
+        searched += solution is not False
+        if solution is not None and solution is not False:
+            values[free] = solution
+            improved += 1
+    return searched, improved
 
 
 def window_gains(values: np.ndarray, window: np.ndarray, coef: np.ndarray,
