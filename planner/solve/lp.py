@@ -59,11 +59,14 @@ _HIGHS = threading.Lock()
 _INT = 2**62  # beyond this a domain end is unbounded
 #: An LP of more columns than this is solved in windows of about this many (:func:`windows`).
 #: Larger windows drop fewer crossing rows: on the 10,000-edge synthetic graphs (seeds 0,
-#: 1, 2) 48,000 (three windows) gave bounds of 520,819 / 531,257 / 538,440 ns against
-#: 517,019 / 527,980 / 536,084 for 12,000, for 0.2-0.35 s more HiGHS time (2.4-2.6 s),
-#: and 10 s plans 2.32 / 1.87 / 1.98 % from their bound against 3.42 / 2.49 / 2.46 %
-#: (2026-12-07, AMD EPYC VM; the LP-guided search after it); whole, 521,711 took 3.5 s.
-WINDOW_COLUMNS = 48_000
+#: 1, 2; 97,185 columns) 48,000 (three windows, no LP cuts) gave bounds of 520,819 /
+#: 531,257 / 538,440 ns against 517,019 / 527,980 / 536,084 for 12,000, for 0.2-0.35 s
+#: more HiGHS time (2.4-2.6 s), 10 s plans 2.32 / 1.87 / 1.98 % from their bound against
+#: 3.42 / 2.49 / 2.46 %; with the cuts, 64,000 (two windows, 2.9-3.0 s) 525,171 /
+#: 535,153 / 542,651 and 1.03 / 0.98 / 0.87 %, against 1.19 / 1.18 / 0.97 % for 48,000
+#: (2.6-2.8 s) and 1.25 / 0.82 / 0.99 % whole (3.3-3.5 s; 2026-12-07, AMD EPYC VM, the
+#: LP-guided search after it).
+WINDOW_COLUMNS = 64_000
 #: A window HiGHS did not solve, at most this many seconds before the limit: out of time.
 _TIME_LEFT_S = 0.05
 
