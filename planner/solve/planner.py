@@ -429,7 +429,9 @@ def _solved_whole(lp_time: float, model_s: float) -> bool:
     the model's building against ~1.0-1.2x in windows, time the windows' search then
     lacks (see _neighbourhood_search): only where it is at most half the LP's time.
     10,000 edges (AMD EPYC VM): in 15 s whole 1.51-1.56 % against 2.2-2.5 % in windows,
-    in 20 s 0.68 % against 2.18 %; in 10 s windows 4.2 % against 4.95 % whole."""
+    in 20 s 0.68 % against 2.18 %; in 10 s windows 4.2 % against 4.95 % whole (before
+    the LP-guided search and the cuts in windows; with them, in 10 s two windows of
+    :data:`~planner.solve.lp.WINDOW_COLUMNS` 0.96 % against 1.25 % whole)."""
     return _WHOLE_LP_PER_MODEL_S * model_s <= _WHOLE_LP_SHARE * lp_time
 
 
