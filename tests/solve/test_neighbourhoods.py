@@ -24,7 +24,7 @@ from planner.solve.model import (
     fallback_assignment,
     solve,
 )
-from planner.solve.neighbourhoods import hinted_values, improve, prepare
+from planner.solve.neighbourhoods import Structure, hinted_values, improve, lp_guided, prepare
 
 BINDINGS = {"M": 64, "N": 64}
 
@@ -149,15 +149,12 @@ def relaxed(started) -> np.ndarray:  # type: ignore[no-untyped-def]
     return relaxation.values
 
 
-def _objective(bm: BuiltModel, values: np.ndarray) -> int:
-    structure = prepare(bm)
-    assert structure is not None
+def _objective(structure: Structure, values: np.ndarray) -> int:
+    """The search objective of ``values`` (less its constant)."""
     return int(structure.coef @ values)
 
 
 def test_the_lp_guided_search_frees_only_what_the_lp_disagrees_with(started, relaxed) -> None:  # type: ignore[no-untyped-def]
-    from planner.solve.neighbourhoods import lp_guided
-
     problem, bm, values, heuristic = started
     structure = prepare(bm)
     assert structure is not None
@@ -171,12 +168,10 @@ def test_the_lp_guided_search_frees_only_what_the_lp_disagrees_with(started, rel
     ev = evaluate(problem, decode_values(bm, out), {})
     assert ev.feasible, ev.violations[:3]
     assert ev.objective < heuristic
-    assert _objective(bm, out) < _objective(bm, values)
+    assert _objective(structure, out) < _objective(structure, values)
 
 
 def test_an_lp_that_agrees_everywhere_searches_nothing(started) -> None:  # type: ignore[no-untyped-def]
-    from planner.solve.neighbourhoods import lp_guided
-
     _, bm, values, _ = started
     structure = prepare(bm)
     assert structure is not None
@@ -188,8 +183,6 @@ def test_an_lp_that_agrees_everywhere_searches_nothing(started) -> None:  # type
 
 
 def test_the_lp_guided_search_is_deterministic(started, relaxed) -> None:  # type: ignore[no-untyped-def]
-    from planner.solve.neighbourhoods import lp_guided
-
     _, bm, values, _ = started
     structure = prepare(bm)
     assert structure is not None
@@ -202,8 +195,6 @@ def test_the_lp_guided_search_is_deterministic(started, relaxed) -> None:  # typ
 
 
 def test_the_widened_lp_guided_search_moves_what_the_plain_one_fixed(started, relaxed) -> None:  # type: ignore[no-untyped-def]
-    from planner.solve.neighbourhoods import lp_guided
-
     problem, bm, values, _ = started
     structure = prepare(bm)
     assert structure is not None
@@ -218,6 +209,6 @@ def test_the_widened_lp_guided_search_moves_what_the_plain_one_fixed(started, re
     agree = np.abs(relaxed - plain) < 1e-6
     assert agree[moved].any()
     assert _holds_every_constraint(bm, widened)
-    assert _objective(bm, widened) < _objective(bm, plain)
+    assert _objective(structure, widened) < _objective(structure, plain)
     ev = evaluate(problem, decode_values(bm, widened), {})
     assert ev.feasible, ev.violations[:3]
