@@ -49,6 +49,7 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from planner.plan.decisions import Decision
 from planner.solve.costs import VIRTUAL, total
+from planner.solve.lp_helper import LpHelper, WindowLp, WindowSolution, solve_window
 from planner.solve.model import BuiltModel, set_hint_values
 from planner.solve.proto import model_message
 
@@ -174,7 +175,7 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
           window_columns: int = WINDOW_COLUMNS,
           message: cp_model_pb2.CpModelProto | None = None,
           solving: Callable[[], None] | None = None,
-          partial: bool = False) -> Relaxation | None:
+          partial: bool = False, helper: LpHelper | None = None) -> Relaxation | None:
     """Solve the LP relaxation of ``bm`` (see the module docstring), in windows of about
     ``window_columns`` columns where it has more; None when HiGHS does not prove every
     window's optimum within ``time_limit_s`` (or is not available).  ``partial``: where
@@ -183,7 +184,9 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
     a relaxation); its columns' values are NaN (``Relaxation.partial``).  ``message``: the
     model's proto where the caller has read it (:func:`planner.solve.proto.model_message`);
     ``solving()`` is called once the rows are read, as HiGHS starts (which releases the
-    GIL: the rest of this call is mostly HiGHS's)."""
+    GIL: the rest of this call is mostly HiGHS's).  ``helper``: a second process that
+    solves every other window beside this thread (:class:`~.lp_helper.LpHelper`; the same
+    numbers, about half the wall time on two windows)."""
     start = time.perf_counter()
     solver = mb.Solver("highs")
     if not solver.solver_is_supported():
@@ -209,34 +212,44 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
     row_window = _row_windows(row, block[var], count)
     values = np.zeros(n)
     value = offset
+    count_w = int(block.max(initial=-1)) + 1
+    cols_of = [np.flatnonzero(block == w) for w in range(count_w)]
+
+    def window(w: int) -> WindowLp:
+        cols, inside = cols_of[w], np.flatnonzero(row_window == w)
+        return WindowLp(lower[cols], upper[cols], objective[cols], matrix[inside][:, cols],
+                        lo[inside], hi[inside])
+
+    def left() -> float:
+        return time_limit_s - (time.perf_counter() - start)
+
     if solving is not None:
         solving()
-    for w in range(int(block.max(initial=-1)) + 1):
-        cols = np.flatnonzero(block == w)
-        left = time_limit_s - (time.perf_counter() - start)
-        status = None
-        if left > 0:
-            inside = np.flatnonzero(row_window == w)
-            model = mb.Model()
-            _load(model, lower[cols], upper[cols], objective[cols],
-                  matrix[inside][:, cols], lo[inside], hi[inside])
-            solver.set_time_limit_in_seconds(left)
-            solver.set_solver_specific_parameters("output_flag=false")  # no banner
+    # every other window to the helper process, solved beside this thread's
+    sent = {w: helper.solve(window(w), left()) for w in range(1, count_w, 2)} \
+        if helper is not None and count_w > 1 else {}
+    solved: dict[int, WindowSolution] = {}
+    for w in range(count_w):
+        got = sent[w].result() if w in sent else None
+        if got is None and left() > 0:  # this thread's window, or the helper failed
             with _HIGHS:
-                status = solver.solve(model)
-        if status == mb.SolveStatus.OPTIMAL:
-            value += solver.objective_value
-            values[cols] = _values(solver, model)
-            continue
-        out_of_time = time_limit_s - (time.perf_counter() - start) <= _TIME_LEFT_S
-        if not partial or w == 0 or not out_of_time:
-            return None  # nothing solved yet, or HiGHS failed for another reason
-        rest = np.flatnonzero(block >= w)
-        c = objective[rest]
-        value += float(np.minimum(c * lower[rest], c * upper[rest]).sum())
-        values[rest] = np.nan
-        return Relaxation(_whole_ns(value), values, time.perf_counter() - start, True)
-    return Relaxation(_whole_ns(value), values, time.perf_counter() - start)
+                got = solve_window(solver, window(w), left())
+        if got is not None and got.optimal:
+            solved[w] = got
+        elif w not in sent and left() > _TIME_LEFT_S:
+            return None  # HiGHS failed for another reason than the time
+    if not solved or (len(solved) < count_w and (not partial or left() > _TIME_LEFT_S)):
+        return None
+    for w, got in solved.items():
+        value += got.objective
+        values[cols_of[w]] = got.values
+    if len(solved) == count_w:
+        return Relaxation(_whole_ns(value), values, time.perf_counter() - start)
+    rest = np.flatnonzero(~np.isin(block, list(solved)))
+    c = objective[rest]
+    value += float(np.minimum(c * lower[rest], c * upper[rest]).sum())
+    values[rest] = np.nan
+    return Relaxation(_whole_ns(value), values, time.perf_counter() - start, True)
 
 
 def _whole_ns(value: float) -> int:
@@ -297,19 +310,6 @@ def _row_span(row: np.ndarray, value: np.ndarray, count: int) -> tuple[np.ndarra
     return low, high
 
 
-def _values(solver: mb.Solver, model: mb.Model) -> np.ndarray:
-    """Every column's LP value, in one call to the solver's helper where it has one
-    (``Solver.values`` builds a pandas series through one Python call per column: ~0.5 s
-    for 97,000 columns)."""
-    helper = getattr(solver, "_Solver__solve_helper", None)
-    values = getattr(helper, "variable_values", None)
-    if values is not None:
-        out = np.asarray(values(), dtype=np.float64)
-        if out.shape == (model.num_variables,):
-            return out
-    return np.asarray(solver.values(model.get_variables()), dtype=np.float64)
-
-
 #: :func:`rounded_choices` keeps an edge virtual only from this LP value on.
 VIRTUAL_AT_LEAST = 0.8
 
@@ -336,13 +336,6 @@ def rounded_choices(bm: BuiltModel, relaxation: Relaxation) -> list[Decision | N
             best[e] = (val, c)
     return [c for _, c in best]
 
-
-
-def _load(model: mb.Model, lower: np.ndarray, upper: np.ndarray, objective: np.ndarray,
-          matrix: sparse.csr_matrix, lo: np.ndarray, hi: np.ndarray) -> None:
-    """Fill ``model`` in one call from a sparse matrix (a Python loop over ~139,000 rows
-    would take seconds on 10,000 edges)."""
-    model.helper.fill_model_from_sparse_data(lower, upper, objective, lo, hi, matrix.tocsr())
 
 
 def complete_hint(bm: BuiltModel, time_limit_s: float, workers: int) -> bool:

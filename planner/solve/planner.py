@@ -31,12 +31,14 @@ question, and therefore (when solved to optimality) the same plan.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from typing import TypeVar
@@ -82,6 +84,7 @@ from planner.solve.lp import (
     relax,
     rounded_choices,
 )
+from planner.solve.lp_helper import LpHelper
 from planner.solve.model import (
     BuiltModel,
     OutOfTime,
@@ -140,10 +143,12 @@ _SEARCH_PER_MODEL_S = 2.0
 # their plan's decoding and comparison with the heuristic's, the reference evaluation,
 # the plan's listing and copies (0.2 s after a 0.86 s build on 5,000 edges, 0.42 s after
 # 1.7 s on 10,000; AMD EPYC VM) and the collection the paused collector held back
-# (0.13-0.18 s on 10,000 edges), and ~0.3 s are left over.  The share of the limit the
-# other paths keep for their evaluation (_EVALUATE_SHARE, 1 s of 10) left half of it
-# unused.
-_WINDOWS_TAIL_S = 0.5
+# (0.13-0.18 s on 10,000 edges).  With 0.5 s here 10 s calls ended at 9.41 s on 10,000
+# edges (0.65 s after the windows); with 0.3 s at 9.69-9.71 s there and 9.78-9.84 s on
+# 5,000 edges (2026-12-07; 0.2 s: 9.88-9.92 s, too close to the limit).  The share of the
+# limit the other paths keep for their evaluation (_EVALUATE_SHARE, 1 s of 10) left half
+# of it unused.
+_WINDOWS_TAIL_S = 0.3
 _WINDOWS_TAIL_PER_MODEL_S = 0.4
 _COMPLETE_HINT_S = 3.0  # filling in the hint's other literals (~0.9 s on 10,000 edges)
 
@@ -238,10 +243,38 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
                             max_inline_depth=max_inline_depth)
     problem_s = time.perf_counter() - started
     phase("build")
+    digest = content_hash(kernel, target, bindings, policy, base, bounds, max_inline_depth)
+    # started now, it imports HiGHS on the core the model's building leaves idle
+    with _lp_helper(problem) as helper:
+        return _planned(kernel, target, bindings, problem, problem_s, policy, base, digest,
+                        time_limit_s, workers, progress, bounds, phase, deadline, helper)
+
+
+@contextlib.contextmanager
+def _lp_helper(problem: Problem) -> Iterator[LpHelper | None]:
+    """A second process for the LP relaxation's windows (:class:`LpHelper`) where the
+    LP is solved before the search (:data:`_EARLY_FALLBACK_EDGES` edges and more), unless
+    ``PLANNER_LP_HELPER=0``; ended when the plan is made.  On the 10,000-edge synthetic
+    graph of ``bench/solve.py`` its two windows took 1.8 s side by side against 3.0 s in
+    turn (AMD EPYC VM), time the LP-guided search and the windows then have."""
+    wanted = len(problem.edges) >= _EARLY_FALLBACK_EDGES \
+        and os.environ.get("PLANNER_LP_HELPER", "1") != "0"
+    helper = LpHelper.start() if wanted else None
+    try:
+        yield helper
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+def _planned(kernel: Kernel, target: Target, bindings: Mapping[str, int] | None,
+             problem: Problem, problem_s: float, policy: Policy, base: Baseline | None,
+             digest: str, time_limit_s: float, workers: int, progress: Progress | None,
+             bounds: Mapping[str, tuple[int, int]] | None, phase: Callable[[str], None],
+             deadline: float, helper: LpHelper | None) -> MaterializationPlan:
     proofs = run_proofs(kernel, target, bindings, _left(deadline), bounds)
     phase("proofs")
     restrictions = baseline_restrictions(problem, base) if base is not None else {}
-    digest = content_hash(kernel, target, bindings, policy, base, bounds, max_inline_depth)
     header = _Header(problem, policy, base, proofs, digest, target)
     # Capacity is the CP-SAT model's own business (it trades versions and placement and
     # explains the binding group); any other refuted proof makes every plan illegal.
@@ -262,7 +295,7 @@ def _plan_phases(kernel: Kernel, target: Target, bindings: Mapping[str, int] | N
     phase("model")
     # kept back for the evaluation: a share of the limit, or what one takes at this size
     reserve = _reserve(time_limit_s, model_s)
-    start = _early_fallback(bm, problem, restrictions, deadline, reserve, model_s)
+    start = _early_fallback(bm, problem, restrictions, deadline, reserve, model_s, helper)
     early, lp_bound, lns_s = start.plan, start.bound, 0.0
     if early is not None:
         # the heuristic's plan improved window by window, then (time left) the whole
@@ -322,7 +355,7 @@ class _Early:
 
 def _early_fallback(bm: BuiltModel, problem: Problem,
                     restrictions: Mapping[int, frozenset], deadline: float, reserve: float,
-                    model_s: float) -> _Early:
+                    model_s: float, helper: LpHelper | None = None) -> _Early:
     """For problems of at least :data:`_EARLY_FALLBACK_EDGES` edges, the heuristic plan
     before the search (within the time limit, not after it), also CP-SAT's hint, a lower
     bound (0: none), the LP relaxation (None: none) and the windows' structure.  Where
@@ -343,11 +376,12 @@ def _early_fallback(bm: BuiltModel, problem: Problem,
     if len(problem.edges) < _EARLY_FALLBACK_EDGES:
         return _Early()
     with paused_gc():  # the repair allocates hundreds of thousands of small objects
-        return _early_plan(bm, problem, restrictions, deadline, reserve, model_s)
+        return _early_plan(bm, problem, restrictions, deadline, reserve, model_s, helper)
 
 
 def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, frozenset],
-                deadline: float, reserve: float, model_s: float) -> _Early:
+                deadline: float, reserve: float, model_s: float,
+                helper: LpHelper | None) -> _Early:
     found = relaxation = structure = None
     left = _lp_time(_left(deadline), reserve, model_s)
     lp = _lp_fits(left, model_s)
@@ -362,7 +396,7 @@ def _early_plan(bm: BuiltModel, problem: Problem, restrictions: Mapping[int, fro
         with ThreadPoolExecutor(max_workers=1) as pool:
             solving = pool.submit(relax, bm, left, message=message, solving=highs.set,
                                   window_columns=_WHOLE if whole else WINDOW_COLUMNS,
-                                  partial=True)
+                                  partial=True, helper=helper)
             solving.add_done_callback(lambda _: highs.set())
             highs.wait()
             structure = None if message is None else prepare(bm, message)

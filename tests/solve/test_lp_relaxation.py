@@ -627,7 +627,7 @@ def test_the_plain_heuristic_is_the_start_where_the_lp_gives_no_plan(
 def test_the_windows_stop_before_the_deadline_by_their_tail(
         large_without_search: pytest.MonkeyPatch, built_s: float) -> None:
     # the windows leave the deadline what their plan's evaluation and listing take:
-    # 0.5 s and 0.4 x the model's building (not the 10 % of the limit the search
+    # 0.3 s and 0.4 x the model's building (not the 10 % of the limit the search
     # paths keep)
     import time
 
@@ -654,7 +654,7 @@ def test_the_windows_stop_before_the_deadline_by_their_tail(
     assert plan.status is Status.FEASIBLE and len(until) == 1
     model_s = dict(plan.phases)["model"]
     assert model_s >= built_s
-    expected = start[0] + 30 - 0.5 - 0.4 * model_s
+    expected = start[0] + 30 - 0.3 - 0.4 * model_s
     # the phase's seconds hold the model's building and a little more (the phase call)
     assert expected - 0.05 <= until[0] <= expected + 0.4 * 0.05 + 0.05
 
