@@ -19,7 +19,8 @@ A large LP is solved in *windows* (:func:`windows`): the variables in a bandwidt
 order of their rows (reverse Cuthill-McKee: a kernel's program order, about), cut into
 ``k`` consecutive blocks where the fewest rows cross a cut, and the rows that cross one
 dropped.  The blocks then share no row, so the LP's optimum is the sum of theirs, one
-HiGHS solve each: still a relaxation (fewer rows), so still a bound.  On the
+HiGHS solve each (every other one in a helper process, side by side with this one's:
+:mod:`planner.solve.lp_helper`): still a relaxation (fewer rows), so still a bound.  On the
 10,000-edge synthetic graph of ``bench/solve.py`` (97,185 columns, 139,240 rows), 9
 windows bound 517,019 ns in 2.7 s (1.6 s of it in HiGHS), against 521,711 ns in
 3.9-4.5 s for the whole LP (AMD Zen 4 VM); the model with the LP cuts, in the 2 windows
