@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from planning_support import bindings, kernel, small_dag, target
+from scipy import sparse
 
 import planner.solve.lp_helper as helper_module
 import planner.solve.planner as planner_module
@@ -67,10 +68,9 @@ def test_a_silent_helper_counts_as_failed_after_its_limit(helper: LpHelper,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     monkeypatch.setattr(helper_module, "REPLY_GRACE_S", 0.2)
-    time.sleep(0.5)  # let it start, then stop it: it reads nothing more
-    os.kill(helper.pid, signal.SIGSTOP)
+    os.kill(helper.pid, signal.SIGSTOP)  # stopped: it reads and answers nothing
     lp = WindowLp(np.zeros(1), np.ones(1), np.ones(1),
-                  __import__("scipy.sparse").sparse.csr_matrix(np.ones((1, 1))),
+                  sparse.csr_matrix(np.ones((1, 1))),
                   np.zeros(1), np.ones(1))
     started = time.perf_counter()
     answer = helper.solve(lp, 0.1).result(timeout=10)
@@ -94,6 +94,20 @@ def _gone(pid: int) -> bool:
     return "\nState:\tZ" in state  # a zombie waiting for its reaper has ended too
 
 
+def _wait_for_ortools(pid: int) -> None:
+    """Until ``pid`` has mapped ortools, which it imports after asking to die with its
+    parent."""
+    until = time.monotonic() + 30
+    while time.monotonic() < until:
+        try:
+            if "ortools" in Path(f"/proc/{pid}/maps").read_text():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the helper {pid} never imported ortools")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
 def test_the_child_dies_with_its_planner() -> None:
     # a planner process killed mid-plan (a server worker past its deadline): its helper,
@@ -105,7 +119,7 @@ def test_the_child_dies_with_its_planner() -> None:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
-        time.sleep(1.0)  # past its start, where it asks to die with its parent
+        _wait_for_ortools(child)  # past its start, where it asks to die with its parent
         assert not _gone(child)
         os.kill(child, signal.SIGSTOP)
         parent.kill()
