@@ -39,6 +39,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +52,7 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from planner.plan.decisions import Decision
 from planner.solve.costs import VIRTUAL, total
-from planner.solve.lp_helper import LpHelper, WindowLp, WindowSolution, solve_window
+from planner.solve.lp_helper import LpHelper, WindowLp, WindowSolution, reply_grace, solve_window
 from planner.solve.model import BuiltModel, set_hint_values
 from planner.solve.proto import model_message
 
@@ -73,6 +75,8 @@ _INT = 2**62  # beyond this a domain end is unbounded
 WINDOW_COLUMNS = 64_000
 #: A window HiGHS did not solve, at most this many seconds before the limit: out of time.
 _TIME_LEFT_S = 0.05
+#: seconds waited for the helper's answer past its own grace (it should never be needed)
+_HELPER_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +235,7 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
         if helper is not None and count_w > 1 else {}
     solved: dict[int, WindowSolution] = {}
     for w in range(count_w):
-        got = sent[w].result() if w in sent else None
+        got = _helper_answer(sent[w], left()) if w in sent else None
         if got is None and left() > 0:  # this thread's window, or the helper failed
             with _HIGHS:
                 got = solve_window(solver, window(w), left())
@@ -239,7 +243,8 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
             solved[w] = got
         elif w not in sent and left() > _TIME_LEFT_S:
             return None  # HiGHS failed for another reason than the time
-    if not solved or (len(solved) < count_w and (not partial or left() > _TIME_LEFT_S)):
+    short = len(solved) < count_w and (not partial or left() > _TIME_LEFT_S)
+    if (count_w and not solved) or short:
         return None
     for w, got in solved.items():
         value += got.objective
@@ -251,6 +256,17 @@ def relax(bm: BuiltModel, time_limit_s: float = 60.0,
     value += float(np.minimum(c * lower[rest], c * upper[rest]).sum())
     values[rest] = np.nan
     return Relaxation(_whole_ns(value), values, time.perf_counter() - start, True)
+
+
+def _helper_answer(sent: Future[WindowSolution | None],
+                   left: float) -> WindowSolution | None:
+    """The helper's answer for a window, or None (the window is then solved here, time
+    left): it kills itself past the windows' deadline and its grace; waiting is bounded
+    here too, a little longer."""
+    try:
+        return sent.result(timeout=max(0.0, left) + reply_grace(left) + _HELPER_WAIT_S)
+    except FutureTimeout:
+        return None
 
 
 def _whole_ns(value: float) -> int:

@@ -9,11 +9,18 @@ core that building leaves idle), sent a window's arrays through a pipe, it answe
 its optimum and column values, the same numbers this process computes for that window
 (:func:`solve_window`, one function for both sides).
 
-The child is this file run as a script (no ``planner`` import: it starts in ~0.5 s).
-It ends when its pipe closes, and (Linux) is killed when this process dies, so a planning
-job killed at its deadline leaves no solver behind.  A helper that cannot start or that
-fails answers nothing (:meth:`LpHelper.solve` returns None): the caller solves the window
-itself, with the same result.
+The child is this file run as a script (``python -P``, no ``planner`` import: it starts
+in ~0.5 s).  It ends when its pipe closes, and (Linux) is killed when this process dies,
+so a planning job killed at its deadline leaves no solver behind.  A helper that cannot
+start or that fails answers nothing (:meth:`LpHelper.solve` returns None): the caller
+solves the window itself, with the same result.  Every window sent carries one absolute
+deadline: the child gets what is left of it when it starts that window, and a window
+not answered by the deadline and :func:`reply_grace` ends the child.
+
+Limits: the child inherits this process's resource limits as they are when it starts
+(a server worker's ``RLIMIT_AS`` applies to it separately, not to the two together);
+CPU time it uses is not charged to this process's ``RLIMIT_CPU``, so it is bounded by
+the window deadlines instead (and by :meth:`LpHelper.close`, which kills it).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, Any
@@ -36,10 +44,18 @@ import numpy as np
 __all__ = ["LpHelper", "WindowLp", "WindowSolution", "solve_window"]
 
 _log = logging.getLogger(__name__)
-_HEADER = struct.Struct("<Q")
-#: Seconds a reply may come after the window's own time limit before the helper counts
-#: as failed (the pipe's transfer and HiGHS's own overrun).
+#: a message's size in bytes and, for a window, the seconds it may take
+_HEADER = struct.Struct("<Qd")
+#: Seconds a reply may come after the window's deadline before the helper counts as
+#: failed (the pipe's transfer, building the model and HiGHS's own overrun) ...
 REPLY_GRACE_S = 1.0
+#: ... and the share of the window's own time added to that
+REPLY_GRACE_SHARE = 0.1
+
+
+def reply_grace(time_limit_s: float) -> float:
+    """Seconds past a ``time_limit_s`` window's deadline its reply may still come."""
+    return REPLY_GRACE_S + REPLY_GRACE_SHARE * max(0.0, time_limit_s)
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,10 @@ class LpHelper:
     """A child process that solves LP windows (:func:`solve_window`) one at a time, in
     the order they are sent.  Thread-safe; :meth:`close` (or ``with``) ends it."""
 
+    #: the command that starts the child (``-P``: its folder not on ``sys.path``, where
+    #: this package's module names would shadow others)
+    COMMAND = (sys.executable, "-P", os.path.abspath(__file__))
+
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process = process
         self._lock = threading.Lock()  # one exchange at a time on the pipe
@@ -109,7 +129,7 @@ class LpHelper:
         """Start the child (it imports HiGHS at once); None where it cannot start."""
         try:
             process = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), str(os.getpid())],
+                [*cls.COMMAND, str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 close_fds=True)
         except OSError as exc:
@@ -127,35 +147,41 @@ class LpHelper:
         return self._failed
 
     def solve(self, lp: WindowLp, time_limit_s: float) -> Future[WindowSolution | None]:
-        """Send ``lp`` now; the future's answer is None where the helper failed (it is
-        then not used again) or did not answer within the limit and
-        :data:`REPLY_GRACE_S`."""
+        """Send ``lp`` to be solved within ``time_limit_s`` seconds from now (windows
+        sent before it are solved first, within the same clock); the future's answer is
+        None where the helper failed (it is then not used again), where the time ran out
+        before the child could start the window, or where no answer came by the
+        deadline and :func:`reply_grace` (the child is then killed)."""
+        deadline = time.monotonic() + time_limit_s
         out: Future[WindowSolution | None] = Future()
         # plain arrays and a scipy matrix: the child unpickles them without planner
-        request = pickle.dumps((lp.lower, lp.upper, lp.objective, lp.matrix, lp.lo, lp.hi,
-                                time_limit_s), protocol=pickle.HIGHEST_PROTOCOL)
-        timer = threading.Timer(time_limit_s + REPLY_GRACE_S, self._give_up)
-        timer.daemon = True
+        request = pickle.dumps((lp.lower, lp.upper, lp.objective, lp.matrix, lp.lo, lp.hi),
+                               protocol=pickle.HIGHEST_PROTOCOL)
 
         def exchange() -> None:
-            answer = None
-            with self._lock:
-                if not self._failed:
+            answer = timer = None
+            try:
+                with self._lock:
+                    left = deadline - time.monotonic()
+                    if self._failed or left <= 0:
+                        return
+                    timer = threading.Timer(left + reply_grace(left), self._give_up)
+                    timer.daemon = True
                     timer.start()
-                    try:
-                        _send(self._process.stdin, request)
-                        reply = pickle.loads(_receive(self._process.stdout))
-                        if reply is None:
-                            raise ValueError("HiGHS failed in the helper")
-                        optimal, objective, values = reply
-                        answer = WindowSolution(bool(optimal), float(objective), values)
-                        self.answered += 1
-                    except (OSError, EOFError, ValueError, TypeError,
-                            pickle.UnpicklingError) as exc:
-                        self._fail(exc)
-                    finally:
-                        timer.cancel()
-            out.set_result(answer)
+                    _send(self._process.stdin, request, left)
+                    reply = pickle.loads(_receive(self._process.stdout))
+                    if reply is None:
+                        raise ValueError("HiGHS failed in the helper")
+                    optimal, objective, values = reply
+                    answer = WindowSolution(bool(optimal), float(objective), values)
+                    self.answered += 1
+            except Exception as exc:  # any failure: the window is solved here
+                answer = None
+                self._fail(exc)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                out.set_result(answer)
 
         threading.Thread(target=exchange, name="planner-lp-helper", daemon=True).start()
         return out
@@ -172,15 +198,16 @@ class LpHelper:
             self._process.kill()
 
     def close(self) -> None:
-        """End the child (it may be solving: it is killed) and reap it."""
+        """End the child (it may be solving: it is killed) and reap it.  Killed first: a
+        reply being read then ends at once, and its pipe can be closed."""
         self._failed = True
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        self._process.wait()
         for pipe in (self._process.stdin, self._process.stdout):
             with contextlib.suppress(OSError):
                 if pipe is not None:
                     pipe.close()
-        with contextlib.suppress(OSError):
-            self._process.kill()
-        self._process.wait()
 
     def __enter__(self) -> LpHelper:
         return self
@@ -189,25 +216,30 @@ class LpHelper:
         self.close()
 
 
-def _send(pipe: IO[bytes] | None, data: bytes) -> None:
+def _send(pipe: IO[bytes] | None, data: bytes, seconds: float = 0.0) -> None:
     if pipe is None:
         raise OSError("no pipe")
-    pipe.write(_HEADER.pack(len(data)))
+    pipe.write(_HEADER.pack(len(data), seconds))
     pipe.write(data)
     pipe.flush()
 
 
 def _receive(pipe: IO[bytes] | None) -> bytes:
+    return _receive_timed(pipe)[0]
+
+
+def _receive_timed(pipe: IO[bytes] | None) -> tuple[bytes, float]:
+    """A message and the seconds its header carries."""
     if pipe is None:
         raise OSError("no pipe")
     head = pipe.read(_HEADER.size)
     if len(head) < _HEADER.size:
         raise EOFError("the pipe closed")
-    (size,) = _HEADER.unpack(head)
+    size, seconds = _HEADER.unpack(head)
     data = pipe.read(size)
     if len(data) < size:
         raise EOFError("the pipe closed mid-message")
-    return data
+    return data, seconds
 
 
 def _die_with(parent: int) -> None:
@@ -225,13 +257,19 @@ def _die_with(parent: int) -> None:
 def _serve(parent: int) -> None:
     """The child: answer each window sent on stdin until it closes."""
     _die_with(parent)
+    # the replies go to a private copy of stdout; anything else written there (a
+    # solver's banner, a warning) goes to stderr instead of into the replies' framing
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    import scipy.sparse  # noqa: F401 - imported now, not while unpickling the first window
     from ortools.linear_solver.python import model_builder as mb
 
     solver = mb.Solver("highs")
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin = sys.stdin.buffer
     while True:
         try:
-            *arrays, limit = pickle.loads(_receive(stdin))
+            data, limit = _receive_timed(stdin)
+            arrays = pickle.loads(data)
         except EOFError:
             return
         reply: tuple[bool, float, np.ndarray | None] | None
