@@ -87,6 +87,23 @@ def test_exp_sweep_with_subnormal_results(width: int) -> None:
     assert np.all(np.abs(ys - refs) <= tiny + 2.5e-7 * refs)
 
 
+def test_exp_every_449th_float_within_an_ulp() -> None:
+    # every 449th float32 whose exp is neither 0 nor inf-bound: across the switch of the
+    # two-step scaling at 0, the subnormal results and the last finite ones
+    bits = np.arange(0, 2**32, 449, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    x = x[np.isfinite(x) & (x > -104.0) & (x < 89.0)]
+    y = _apply(emit_exp, x, 16).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    f32 = np.finfo(np.float32)
+    normal = (ref >= float(f32.tiny)) & (ref <= float(f32.max))
+    spacing = np.spacing(ref[normal].astype(np.float32)).astype(np.float64)
+    assert float(np.max(np.abs(y[normal] - ref[normal]) / spacing)) < 1.02
+    small = ref < float(f32.tiny)
+    assert np.all(np.abs(y[small] - ref[small]) <= float(f32.smallest_subnormal))
+    assert np.all(np.isposinf(y[ref > float(f32.max)]))
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_tanh_sweep(width: int) -> None:
     x = np.linspace(-10.0, 10.0, N_SWEEP, dtype=np.float32)

@@ -8,13 +8,18 @@ vectorizes for any N and never becomes a libm call (LLVM's vector-library suppor
 
 Algorithms (Cephes-style single-precision minimax polynomials, evaluated with FMA)
 ---------------------------------------------------------------------------------
-* ``exp``: clamp x to [-104, 89] (NaN and x < -104 are computed as 0 and selected after:
-  an underflowing multiply costs a microcode assist per vector, which a masked tile's
-  -inf lanes would pay on every row); n = rint(x·log2 e);
-  Cody–Waite reduction r = x − n·ln2 with ln2 split in two (``fma``), |r| ≤ ln2/2;
-  e^r ≈ 1 + r + r²·P5(r); the result is scaled by 2^n as ``2^(n>>1) · 2^(n−(n>>1))`` (two
-  exact power-of-two multiplies), so results in the subnormal range round once and
-  correctly, overflow gives +inf and underflow gives +0.
+* ``exp``: t = x clamped to [-104, 89] with NaN-keeping ``vmaxps``/``vminps`` (-inf, a
+  masked tile's lanes, becomes -104, whose exp rounds to +0: no underflowing multiply,
+  which costs a microcode assist per vector); n = round(t·log2 e) from one fma with
+  1.5·2^23 + 127, whose low mantissa bits are n + 127 (no rint, no fptosi); Cody–Waite
+  reduction r = t − n·ln2 with ln2 split in two (``fma``), |r| ≤ ln2/2; e^r ≈ 1 + r +
+  r²·Q4(r) (the bounded exp's polynomial, below, in its short Estrin chain); the result
+  is scaled by 2^n as ``2^(n±64) · 2^(∓64)`` (+64 for t < 0: both exact powers of two, the
+  first from the fma's bits shifted, a normal exponent for every n of the range), so
+  results in the subnormal range round once and correctly, overflow gives +inf and
+  underflow +0. Against the previous form (rint, fptosi, Horner, a two-step integer
+  scaling and NaN selects): 24 AVX-512 instructions per vector instead of 27 and a shorter
+  dependency chain; softmax 1024×4096 on one thread 3.5 → 3.0 ms (AMD EPYC VM).
 * bounded exp (tanh's and ``1 + tanh``'s, t ∈ [−87, 89] clamped by the caller): n and
   2^n from one fma, t·log2e + (1.5·2^23 + 127), whose low mantissa bits are n + 127 (2^n
   is those bits shifted by 23: no rint, no fptosi, NaN flows through without poison);
@@ -42,10 +47,11 @@ log(+inf) = +inf; NaN in → NaN out for all three.
 Measured accuracy (vs numpy float64 on the float32 inputs, 2**20 points each; identical
 for scalar, ``<8 x float>`` and ``<16 x float>``; ``tests/lower/test_llvm_vecmath.py``)
 ----------------------------------------------------------------------------------------
-* ``exp`` on [−87, 88] (normal results): max relative error 8.3e-8 (≤ 1.0 ulp); tested
-  bound 2.5e-7. On [−88, 88]: 1.7e-7 (the extra comes from subnormal results, whose
-  spacing is coarser); tested bound 4e-7. Subnormal results on [−103.9, −87.4] are within
-  one subnormal step of correctly rounded (tested).
+* ``exp`` on [−87, 88] (normal results): max relative error 8.2e-8; tested bound 2.5e-7.
+  On [−88, 88]: 1.7e-7 (the extra comes from subnormal results, whose spacing is
+  coarser); tested bound 4e-7. On every 7th float32 in (−104, 89) (320M values): normal
+  results within 1.016 ulp (8.5e-8 relative), subnormal ones within 0.75 of a subnormal
+  step, +inf exactly where exp exceeds FLT_MAX (every 449th tested).
 * ``tanh`` on [−10, 10]: max relative error 1.33e-7 (≤ 1.26 ulp, worst just above the
   0.625 switch); tiny |x| in [1e-30, 1e-3]: 4.5e-8. Tested bound 3e-7. On every float32
   in ±[2^-10, 10] (222M values): 1.42e-7 relative, 1.33 ulp, 7.9e-8 absolute (every 16th
@@ -74,6 +80,7 @@ I32 = ir.IntType(32)
 # exp ------------------------------------------------------------------------------
 _EXP_HI = 89.0  # exp(89) overflows: anything above behaves like +inf
 _EXP_LO = -104.0  # exp(-104) = 6.8e-46 rounds to +0
+_EXP_SHIFT = 64  # 2^n built as 2^(n ± 64) · 2^(∓64), both exact powers of two
 _LOG2E = 1.44269504088896341
 _LN2_HI = 0.693359375  # 9 significant bits: n * _LN2_HI is exact for |n| < 2^15
 _LN2_LO = -2.12194440e-4
@@ -223,24 +230,28 @@ def emit_exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Emit ``exp(x)`` for ``float`` or ``<N x float>`` ``x``; returns the same type."""
     b = builder
     ty = _check(x)
-    # Clamp with ordered compares: NaN and x < _EXP_LO (-inf: attention's masked keys)
-    # become 0 here (no poison from fptosi; no underflowing multiply, which costs a
-    # microcode assist per vector) and are restored by the final selects.
-    above = b.fcmp_ordered(">=", x, _fc(ty, _EXP_LO))
-    xc = b.select(above, x, _fc(ty, 0.0))
-    xc = b.select(b.fcmp_ordered("<=", xc, _fc(ty, _EXP_HI)), xc, _fc(ty, _EXP_HI))
-    nf = _unary(b, "llvm.rint", b.fmul(xc, _fc(ty, _LOG2E)))
-    r = _fma(b, nf, _fc(ty, -_LN2_HI), xc)
+    # NaN-keeping clamps (vmaxps/vminps): -inf (attention's masked keys) becomes -104,
+    # whose exp rounds to +0 below; +inf becomes 89, whose exp overflows to +inf
+    t = _min_c(b, _max_c(b, x, _EXP_LO), _EXP_HI)
+    # n = round(t·log2e) from one fma whose low mantissa bits hold n + 127 (no rint, no
+    # fptosi: NaN flows through without poison)
+    k = _fma(b, t, _fc(ty, _LOG2E), _fc(ty, _ROUND_MAGIC))
+    nf = b.fsub(k, _fc(ty, _ROUND_MAGIC))
+    r = _fma(b, nf, _fc(ty, -_LN2_HI), t)
     r = _fma(b, nf, _fc(ty, -_LN2_LO), r)
-    z = b.fmul(r, r)
-    p = _horner(b, _EXP_P, r)
-    y = b.fadd(_fma(b, p, z, r), _fc(ty, 1.0))
-    n = b.fptosi(nf, _int_type(ty))
-    n1 = b.ashr(n, _ic(ty, 1))
-    n2 = b.sub(n, n1)
-    y = b.fmul(b.fmul(y, _pow2i(b, n1, ty)), _pow2i(b, n2, ty))
-    y = b.select(above, y, _fc(ty, 0.0))
-    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+    r2 = b.fmul(r, r)
+    q4, q3, q2, q1, q0 = _EXP_Q
+    hi = _fma(b, _fma(b, _fc(ty, q4), r, _fc(ty, q3)), r, _fc(ty, q2))
+    q = _fma(b, hi, r2, _fma(b, _fc(ty, q1), r, _fc(ty, q0)))
+    e = b.fadd(_fma(b, q, r2, r), _fc(ty, 1.0))
+    # 2^n in two exact steps: 2^(n + s) from k's bits (n + s + 127 in 41..191, a normal
+    # exponent for every n of t's range), then 2^-s, s = 64 below 0 and -64 from 0 on:
+    # a subnormal result rounds once, in the last multiply; one above FLT_MAX overflows
+    negative = b.fcmp_ordered("<", t, _fc(ty, 0.0))
+    shifted = b.fadd(k, b.select(negative, _fc(ty, _EXP_SHIFT), _fc(ty, -_EXP_SHIFT)))
+    scale = b.bitcast(b.shl(b.bitcast(shifted, _int_type(ty)), _ic(ty, 23)), ty)
+    back = b.select(negative, _fc(ty, 2.0 ** -_EXP_SHIFT), _fc(ty, 2.0 ** _EXP_SHIFT))
+    return b.fmul(b.fmul(e, scale), back)
 
 
 def emit_tanh(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
