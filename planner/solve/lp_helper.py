@@ -169,7 +169,7 @@ class LpHelper:
                     timer.daemon = True
                     timer.start()
                     _send(self._process.stdin, request, left)
-                    reply = pickle.loads(_receive(self._process.stdout))
+                    reply = pickle.loads(_receive(self._process.stdout)[0])
                     if reply is None:
                         raise ValueError("HiGHS failed in the helper")
                     optimal, objective, values = reply
@@ -224,11 +224,7 @@ def _send(pipe: IO[bytes] | None, data: bytes, seconds: float = 0.0) -> None:
     pipe.flush()
 
 
-def _receive(pipe: IO[bytes] | None) -> bytes:
-    return _receive_timed(pipe)[0]
-
-
-def _receive_timed(pipe: IO[bytes] | None) -> tuple[bytes, float]:
+def _receive(pipe: IO[bytes] | None) -> tuple[bytes, float]:
     """A message and the seconds its header carries."""
     if pipe is None:
         raise OSError("no pipe")
@@ -268,7 +264,7 @@ def _serve(parent: int) -> None:
     stdin = sys.stdin.buffer
     while True:
         try:
-            data, limit = _receive_timed(stdin)
+            data, limit = _receive(stdin)
             arrays = pickle.loads(data)
         except EOFError:
             return

@@ -208,6 +208,16 @@ def _exp1_bounded(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
     p·2^n + 1 in one fma (one rounding, one operation less on the chain); none of
     ``emit_exp``'s clamps, NaN select or two-step scaling."""
     ty = t.type
+    k, e = _exp_reduced(b, t)
+    scale = b.bitcast(b.shl(b.bitcast(k, _int_type(ty)), _ic(ty, 23)), ty)  # 2^n
+    return _fma(b, e, scale, _fc(ty, 1.0))
+
+
+def _exp_reduced(b: ir.IRBuilder, t: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(k, e^r) for finite or NaN ``t``: k = t·log2e + 1.5·2^23 + 127 in one fma, whose
+    low mantissa bits hold n + 127 for n = round(t·log2e); r = t − n·ln2 (Cody–Waite, ln2
+    in two parts); e^r ≈ 1 + r + r²·Q4(r) in a short dependency chain (Estrin halves)."""
+    ty = t.type
     k = _fma(b, t, _fc(ty, _LOG2E), _fc(ty, _ROUND_MAGIC))
     nf = b.fsub(k, _fc(ty, _ROUND_MAGIC))
     r = _fma(b, nf, _fc(ty, -_LN2_HI), t)
@@ -216,9 +226,7 @@ def _exp1_bounded(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
     q4, q3, q2, q1, q0 = _EXP_Q
     hi = _fma(b, _fma(b, _fc(ty, q4), r, _fc(ty, q3)), r, _fc(ty, q2))
     q = _fma(b, hi, r2, _fma(b, _fc(ty, q1), r, _fc(ty, q0)))
-    e = b.fadd(_fma(b, q, r2, r), _fc(ty, 1.0))
-    scale = b.bitcast(b.shl(b.bitcast(k, _int_type(ty)), _ic(ty, 23)), ty)  # 2^n
-    return _fma(b, e, scale, _fc(ty, 1.0))
+    return k, b.fadd(_fma(b, q, r2, r), _fc(ty, 1.0))
 
 
 # ----------------------------------------------------------------------------------
@@ -233,17 +241,8 @@ def emit_exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     # NaN-keeping clamps (vmaxps/vminps): -inf (attention's masked keys) becomes -104,
     # whose exp rounds to +0 below; +inf becomes 89, whose exp overflows to +inf
     t = _min_c(b, _max_c(b, x, _EXP_LO), _EXP_HI)
-    # n = round(t·log2e) from one fma whose low mantissa bits hold n + 127 (no rint, no
-    # fptosi: NaN flows through without poison)
-    k = _fma(b, t, _fc(ty, _LOG2E), _fc(ty, _ROUND_MAGIC))
-    nf = b.fsub(k, _fc(ty, _ROUND_MAGIC))
-    r = _fma(b, nf, _fc(ty, -_LN2_HI), t)
-    r = _fma(b, nf, _fc(ty, -_LN2_LO), r)
-    r2 = b.fmul(r, r)
-    q4, q3, q2, q1, q0 = _EXP_Q
-    hi = _fma(b, _fma(b, _fc(ty, q4), r, _fc(ty, q3)), r, _fc(ty, q2))
-    q = _fma(b, hi, r2, _fma(b, _fc(ty, q1), r, _fc(ty, q0)))
-    e = b.fadd(_fma(b, q, r2, r), _fc(ty, 1.0))
+    # n from one fma's bits (no rint, no fptosi: NaN flows through without poison)
+    k, e = _exp_reduced(b, t)
     # 2^n in two exact steps: 2^(n + s) from k's bits (n + s + 127 in 41..191, a normal
     # exponent for every n of t's range), then 2^-s, s = 64 below 0 and -64 from 0 on:
     # a subnormal result rounds once, in the last multiply; one above FLT_MAX overflows
